@@ -1,0 +1,17 @@
+"""A tiny business model: an order whose receipt is sent by a background job."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Order(models.Model):
+    customer_email = models.EmailField()
+    total_cents = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        db_table = "shop_orders"
+
+    def __str__(self) -> str:
+        return f"Order {self.pk}"

@@ -1,0 +1,52 @@
+"""runledger_django: a durable, transactional, strictly idempotent job queue on PostgreSQL.
+
+The public names are re-exported lazily from ``runledger_django.api`` so that importing the
+package during app loading never touches models.
+"""
+
+from __future__ import annotations
+
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+try:
+    __version__ = metadata.version("runledger-django")
+except metadata.PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    __version__ = "0+unknown"
+
+if TYPE_CHECKING:
+    from .api import *  # noqa: F403
+
+_API_NAMES = frozenset(
+    {
+        "EnqueueOutcome",
+        "IntentMetrics",
+        "IntentOutcome",
+        "IntentStatus",
+        "PromotionReport",
+        "ReadScope",
+        "RunledgerError",
+        "delete_promoted_intents_before",
+        "delete_promoted_intents_for_jobs",
+        "enqueue_job",
+        "get_intent",
+        "intent_metrics",
+        "list_intents",
+        "promote_intents",
+        "record_intent",
+    }
+)
+
+__all__ = sorted(_API_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API_NAMES:
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API_NAMES])

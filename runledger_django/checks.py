@@ -1,0 +1,132 @@
+"""System checks: settings (always) and the database server (with ``check --database``)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.core import checks
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import connections
+
+from .conf import DEFAULTS
+from .validation import is_blank
+
+MIN_SERVER_VERSION = 150000
+
+
+def _is_int_in(value: object, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> list[CheckMessage]:
+    from django.conf import settings
+
+    errors: list[CheckMessage] = []
+    raw = getattr(settings, "RUNLEDGER", {})
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                "RUNLEDGER must be a dict.",
+                hint="Set RUNLEDGER = {...} or remove it to use the defaults.",
+                id="runledger.E001",
+            )
+        ]
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        errors.append(
+            Error(
+                f"RUNLEDGER has unknown keys: {', '.join(unknown)}.",
+                hint=f"Known keys: {', '.join(sorted(DEFAULTS))}.",
+                id="runledger.E002",
+            )
+        )
+    types = raw.get("PROMOTE_JOB_TYPES")
+    if types is not None and (
+        isinstance(types, str)
+        or not isinstance(types, list | tuple)
+        or not all(isinstance(t, str) and not is_blank(t) for t in types)
+    ):
+        errors.append(
+            Error(
+                "RUNLEDGER['PROMOTE_JOB_TYPES'] must be None or a list of non-blank job types.",
+                id="runledger.E003",
+            )
+        )
+    if "PROMOTION_BATCH_SIZE" in raw and not _is_int_in(raw["PROMOTION_BATCH_SIZE"], 1, 1000):
+        errors.append(
+            Error(
+                "RUNLEDGER['PROMOTION_BATCH_SIZE'] must be an int from 1 to 1000.",
+                id="runledger.E004",
+            )
+        )
+    interval = raw.get("PROMOTER_INTERVAL", DEFAULTS["PROMOTER_INTERVAL"])
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+        errors.append(
+            Error("RUNLEDGER['PROMOTER_INTERVAL'] must be a positive number.", id="runledger.E005")
+        )
+    if "PRUNE_BATCH_SIZE" in raw and not _is_int_in(raw["PRUNE_BATCH_SIZE"], 1, 1000):
+        errors.append(
+            Error(
+                "RUNLEDGER['PRUNE_BATCH_SIZE'] must be an int from 1 to 1000.",
+                id="runledger.E006",
+            )
+        )
+    return errors
+
+
+@register(Tags.database)
+def check_database(
+    app_configs: Sequence[Any] | None = None,
+    databases: Sequence[str] | None = None,
+    **kwargs: Any,
+) -> list[CheckMessage]:
+    """Runs only under ``check --database``: engine, server version, isolation level."""
+    messages: list[CheckMessage] = []
+    for alias in databases or []:
+        connection = connections[alias]
+        version = None
+        if connection.vendor == "postgresql":
+            connection.ensure_connection()
+            version = connection.pg_version  # type: ignore[attr-defined]
+        isolation = connection.settings_dict.get("OPTIONS", {}).get("isolation_level")
+        messages += database_messages(alias, connection.vendor, version, isolation)
+    return messages
+
+
+def database_messages(
+    alias: str, vendor: str, server_version: int | None, isolation_level: object
+) -> list[CheckMessage]:
+    """The database check's verdict on one connection's facts (pure, so tests can feed it)."""
+    if vendor != "postgresql":
+        return [
+            Error(
+                f"Database {alias!r} uses {vendor}; runledger_django needs PostgreSQL.",
+                hint="Point DATABASES at PostgreSQL 15 or newer.",
+                id="runledger.E010",
+            )
+        ]
+    messages: list[CheckMessage] = []
+    if server_version is not None and server_version < MIN_SERVER_VERSION:
+        messages.append(
+            Error(
+                f"Database {alias!r} runs PostgreSQL {server_version // 10000}; "
+                "runledger_django needs 15 or newer.",
+                hint="Upgrade the server; promotion and retention rely on 15+ behaviour.",
+                id="runledger.E011",
+            )
+        )
+    if isolation_level is not None:
+        from psycopg import IsolationLevel
+
+        if isolation_level not in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED):
+            messages.append(
+                checks.Warning(
+                    f"Database {alias!r} defaults to isolation level {isolation_level!r}.",
+                    hint="record_intent inside your own atomic blocks requires READ COMMITTED; "
+                    "runledger's own transactions set it explicitly.",
+                    id="runledger.W010",
+                )
+            )
+    return messages

@@ -1,0 +1,79 @@
+"""The single place where database errors become RunledgerError (reference 7.1)."""
+
+from __future__ import annotations
+
+import psycopg
+from django.db import DatabaseError
+
+from ..domain import FK_JOB_QUEUE_JOB_TYPE, UQ_JOB_QUEUE_GLOBAL, UQ_JOB_QUEUE_ORG
+from ..errors import Code, RunledgerError
+
+_BY_CONSTRAINT: dict[str, Code] = {
+    UQ_JOB_QUEUE_ORG: Code.ALREADY_ENQUEUED,
+    UQ_JOB_QUEUE_GLOBAL: Code.ALREADY_ENQUEUED,
+    FK_JOB_QUEUE_JOB_TYPE: Code.DEFINITION_NOT_FOUND,
+}
+
+_BY_SQLSTATE: dict[str, Code] = {
+    "23505": Code.DB_UNIQUE_VIOLATION,
+    "23503": Code.DB_RELATED_RESOURCE_MISSING,
+    "23001": Code.DB_RELATED_RESOURCE_STILL_REFERENCED,
+    "23514": Code.DB_BUSINESS_RULE_VIOLATION,
+    "23502": Code.DB_REQUIRED_FIELD_MISSING,
+    "42501": Code.DB_PERMISSION_DENIED,
+}
+
+# SQLSTATEs after which the session or its transaction cannot go on: promotion must abort the
+# pass rather than defer one row (connection exceptions, shutdown, transaction_timeout).
+FATAL_SQLSTATE_PREFIXES = ("08", "57P", "25P04", "53", "58")
+
+
+def driver_error(exc: BaseException) -> psycopg.Error | None:
+    """The psycopg error behind a Django DatabaseError, if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, psycopg.Error):
+            return seen
+        seen = seen.__cause__
+    return None
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    error = driver_error(exc)
+    return error.sqlstate if error is not None else None
+
+
+def classify(exc: DatabaseError, context: str) -> RunledgerError:
+    """Turn a database error into a RunledgerError; raise it ``from exc`` to keep the source.
+
+    A foreign key that restricts deletion reports 23001 on PostgreSQL 18 and 23503 before it;
+    the constraint name tells the two meanings of 23503 apart.
+    """
+    error = driver_error(exc)
+    sqlstate = error.sqlstate if error is not None else None
+    constraint = error.diag.constraint_name if error is not None else None
+    code = _BY_CONSTRAINT.get(constraint or "")
+    if code is None and sqlstate == "23503" and error is not None:
+        # RESTRICT before PostgreSQL 18: the row being deleted is still referenced.
+        if (error.diag.message_primary or "").startswith(("update or delete", "delete")):
+            code = Code.DB_RELATED_RESOURCE_STILL_REFERENCED
+    if code is None:
+        code = _BY_SQLSTATE.get(sqlstate or "", Code.DB_QUERY_FAILED)
+    detail = error.diag.message_primary if error is not None else None
+    return RunledgerError.for_code(
+        code,
+        f"{context}: {detail or type(exc).__name__}",
+        sqlstate=sqlstate,
+        constraint=constraint,
+    )
+
+
+def is_session_fatal(exc: BaseException) -> bool:
+    """True when the error leaves no usable session (or transaction) to carry on in."""
+    error = driver_error(exc)
+    if error is None:
+        return True
+    sqlstate = error.sqlstate
+    if sqlstate is None:
+        return True  # client-side: closed connection, protocol failure
+    return sqlstate.startswith(FATAL_SQLSTATE_PREFIXES)

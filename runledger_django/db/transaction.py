@@ -1,0 +1,113 @@
+"""Transaction mechanics: isolation checks, owned READ COMMITTED blocks, timeout caps, fences."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError, connections, transaction
+from django.db.backends.utils import CursorWrapper
+
+from ..errors import Code, RunledgerError
+from . import queries
+from .classify import classify
+
+READ_COMMITTED_LEVELS = frozenset({"read committed", "read uncommitted"})
+
+LOCK_TIMEOUT = "lock_timeout"
+STATEMENT_TIMEOUT = "statement_timeout"
+
+
+def timeout_text(ms: int) -> str:
+    """The setting text of a whole-millisecond timeout, e.g. ``"5000ms"``."""
+    if type(ms) is not int or ms < 0:
+        raise ValueError("timeouts are whole, non-negative milliseconds")
+    return f"{ms}ms"
+
+
+def server_version(using: str) -> int:
+    connection = connections[using]
+    connection.ensure_connection()
+    return int(connection.pg_version)  # type: ignore[attr-defined]
+
+
+def has_transaction_timeout(using: str) -> bool:
+    """transaction_timeout exists from PostgreSQL 17 on."""
+    return server_version(using) >= 170000
+
+
+def isolation_level(cursor: CursorWrapper) -> str:
+    cursor.execute(queries.SHOW_TRANSACTION_ISOLATION)
+    row = cursor.fetchone()
+    return str(row[0]).lower() if row else ""
+
+
+def ensure_read_committed(cursor: CursorWrapper, *, operation: str, code: Code) -> None:
+    """Refuse to go on in a stale-snapshot isolation level; only reads, so the transaction
+    stays usable. Keyed paths need a second statement to see rows committed meanwhile."""
+    level = isolation_level(cursor)
+    if level not in READ_COMMITTED_LEVELS:
+        raise RunledgerError.for_code(
+            code, f"{operation} requires READ COMMITTED isolation; got {level}"
+        )
+
+
+@contextmanager
+def owned_read_committed(using: str) -> Iterator[CursorWrapper]:
+    """Own a READ COMMITTED transaction, whatever the connection's default isolation.
+
+    Commits when the block succeeds, rolls back when it raises. Callers check first that they
+    are not inside an atomic block: SET TRANSACTION must be the transaction's first statement.
+    """
+    with transaction.atomic(using=using), connections[using].cursor() as cursor:
+        cursor.execute(queries.SET_READ_COMMITTED)
+        yield cursor
+
+
+def cap_timeout(cursor: CursorWrapper, name: str, cap_ms: int) -> str:
+    """Cap ``lock_timeout`` or ``statement_timeout`` for this transaction, keeping a stricter
+    caller value. Returns the previous text for :func:`restore_setting`."""
+    if name not in (LOCK_TIMEOUT, STATEMENT_TIMEOUT):
+        raise ValueError(f"not a capped timeout: {name}")
+    cursor.execute(
+        queries.CAP_TIMEOUT,
+        {"name": name, "cap_ms": cap_ms, "cap_text": timeout_text(cap_ms)},
+    )
+    row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
+def cap_transaction_timeout(cursor: CursorWrapper, cap_ms: int) -> str:
+    """Cap ``transaction_timeout`` (PostgreSQL 17+), re-arming a fresh deadline from now when
+    the previous value was looser. Returns the previous text."""
+    cursor.execute(
+        queries.CAP_TRANSACTION_TIMEOUT, {"cap_ms": cap_ms, "cap_text": timeout_text(cap_ms)}
+    )
+    row = cursor.fetchone()
+    return str(row[0]) if row else ""
+
+
+def restore_setting(cursor: CursorWrapper, name: str, value: str) -> None:
+    """Put a setting back to the exact text it had before a cap."""
+    cursor.execute(queries.RESTORE_SETTING, {"name": name, "value": value})
+
+
+def set_statement_timeout(cursor: CursorWrapper, ms: int) -> None:
+    cursor.execute(queries.SET_LOCAL_STATEMENT_TIMEOUT, {"value": timeout_text(ms)})
+
+
+def execute(
+    cursor: CursorWrapper, sql: str, params: dict[str, Any] | None, *, context: str
+) -> CursorWrapper:
+    """Run one statement, turning a database error into a classified RunledgerError."""
+    try:
+        cursor.execute(sql, params)
+    except DatabaseError as exc:
+        connection = cursor.db
+        if connection.in_atomic_block:
+            # The server aborted the caller's transaction: make its atomic block roll back
+            # instead of trying to commit (what transaction.mark_for_rollback_on_error does).
+            connection.needs_rollback = True
+        raise classify(exc, context) from exc
+    return cursor

@@ -1,0 +1,279 @@
+"""Value types shared by every layer: statuses, scopes, inputs and results."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, Literal, TypeAlias
+
+from django.db import models
+
+from .errors import Code, RunledgerError
+
+JSONValue: TypeAlias = (
+    Mapping[str, "JSONValue"] | Sequence["JSONValue"] | str | int | float | bool | None
+)
+"""A JSON-native value: what a payload may contain."""
+
+Disposition = Literal["inserted", "existing"]
+
+# Names of schema objects that more than one layer needs (models define them, the error
+# classifier matches on them).
+FK_INTENT_PROMOTED_JOB = "fk_job_enqueue_intents_promoted_job"
+UQ_JOB_QUEUE_ORG = "uq_job_queue_type_idempotency_org"
+UQ_JOB_QUEUE_GLOBAL = "uq_job_queue_type_idempotency_global"
+FK_JOB_QUEUE_JOB_TYPE = "fk_job_queue_job_type"
+
+PROMOTION_BATCH_LIMIT_MAX = 24
+"""Savepoints per promotion pass: 24 x 2 subtransaction ids stays below PostgreSQL's 64-entry cache."""
+
+PAGE_LIMIT_MAX = 1000
+RETENTION_BATCH_MAX = 1000
+
+
+class IntentStatus(models.TextChoices):
+    PENDING = "PENDING"
+    PROMOTED = "PROMOTED"
+    CONFLICTED = "CONFLICTED"
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "PENDING"
+    LEASED = "LEASED"
+    SUCCEEDED = "SUCCEEDED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    CANCELED = "CANCELED"
+
+
+class JobStage(models.TextChoices):
+    QUEUED = "queued"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    COMPLETED = "completed"
+
+
+class JobEventType(models.TextChoices):
+    ENQUEUED = "ENQUEUED"
+    LEASED = "LEASED"
+    HEARTBEAT = "HEARTBEAT"
+    STAGE_CHANGED = "STAGE_CHANGED"
+    PROGRESS = "PROGRESS"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    CANCELED = "CANCELED"
+    REQUEUED = "REQUEUED"
+
+
+@dataclass(frozen=True, slots=True)
+class ReadScope:
+    """Which intents a read may see. It selects rows; authorising the caller stays the host's job.
+
+    Use ``ReadScope.GLOBAL`` (rows without an organization), ``ReadScope.ADMIN`` (every row) or
+    ``ReadScope.organization(org_id)`` (exactly that tenant).
+    """
+
+    kind: Literal["global", "organization", "admin"]
+    organization_id: uuid.UUID | None = None
+
+    GLOBAL: ClassVar[ReadScope]
+    ADMIN: ClassVar[ReadScope]
+
+    @classmethod
+    def organization(cls, organization_id: uuid.UUID | str) -> ReadScope:
+        """Return the scope of exactly one tenant."""
+        return cls(kind="organization", organization_id=coerce_uuid(organization_id))
+
+    @property
+    def is_admin(self) -> bool:
+        return self.kind == "admin"
+
+
+ReadScope.GLOBAL = ReadScope(kind="global")
+ReadScope.ADMIN = ReadScope(kind="admin")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueRequest:
+    """A validated enqueue request: the columns to write plus its canonical snapshot v1."""
+
+    job_type: str
+    organization_id: uuid.UUID | None
+    payload_json: str
+    priority: int | None
+    max_attempts: int | None
+    timeout_seconds: int | None
+    next_run_at: dt.datetime | None
+    idempotency_key: str | None
+    stage: str
+    execution_resource_key: str | None
+    snapshot_json: str
+    """Canonical request snapshot v1 as JSON text; compared with jsonb ``=`` in PostgreSQL."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntentOutcome:
+    """What ``record_intent`` observed for the idempotency key."""
+
+    intent_id: uuid.UUID
+    status: IntentStatus
+    job_id: uuid.UUID | None
+    """The promoted job; set only when ``status`` is PROMOTED."""
+    disposition: Disposition
+    """``"inserted"`` for a new intent, ``"existing"`` for an identical retry."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return JSON-ready data (ids as strings, status as its word)."""
+        return {
+            "intent_id": str(self.intent_id),
+            "status": self.status.value,
+            "state": _outcome_state(self.status, self.job_id),
+            "job_id": str(self.job_id) if self.job_id else None,
+            "disposition": self.disposition,
+        }
+
+
+def _outcome_state(status: IntentStatus, job_id: uuid.UUID | None) -> dict[str, str]:
+    if status == IntentStatus.PROMOTED:
+        return {"state": "promoted", "job_id": str(job_id)}
+    return {"state": status.value.lower()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnqueueOutcome:
+    """The job a keyed or unkeyed enqueue resolved to."""
+
+    job_id: uuid.UUID
+    status: JobStatus
+    run_number: int
+    disposition: Disposition
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "status": self.status.value,
+            "run_number": self.run_number,
+            "disposition": self.disposition,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntentMetrics:
+    """Per-job-type intent health (reference 4.3); terminal populations use 24-hour windows."""
+
+    job_type: str
+    pending_count: int
+    retrying_count: int
+    max_promotion_attempts: int
+    conflicted_24h: int
+    promoted_24h: int
+    oldest_pending_at: dt.datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        if self.oldest_pending_at is not None:
+            data["oldest_pending_at"] = format_timestamp(self.oldest_pending_at)
+        return data
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromotionReport:
+    """What one promotion pass did. ``total_promoted == inserted_jobs + existing_jobs``."""
+
+    inserted_jobs: int = 0
+    existing_jobs: int = 0
+    conflicted: int = 0
+    definition_became_unavailable: int = 0
+    retry_deferred: int = 0
+    total_promoted: int = 0
+    batch_was_full: bool = False
+    """The pass may have left eligible work behind: drain again without waiting."""
+
+    @property
+    def anything_happened(self) -> bool:
+        return bool(
+            self.total_promoted
+            or self.conflicted
+            or self.definition_became_unavailable
+            or self.retry_deferred
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromotionError:
+    """The sanitized error a promotion attempt stored: a code and its client message."""
+
+    code: str
+    message: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IntentState:
+    """The typed lifecycle of a persisted intent (reference 5).
+
+    ``state`` is one of ``initial_pending``, ``retry_pending``, ``promoted``, ``conflicted``; the
+    other fields are set exactly when that state carries them.
+    """
+
+    state: Literal["initial_pending", "retry_pending", "promoted", "conflicted"]
+    promotion_attempts: int = 0
+    last_attempted_at: dt.datetime | None = None
+    job_id: uuid.UUID | None = None
+    promoted_at: dt.datetime | None = None
+    conflicted_at: dt.datetime | None = None
+    error: PromotionError | None = None
+
+    @property
+    def status(self) -> IntentStatus:
+        if self.state == "promoted":
+            return IntentStatus.PROMOTED
+        if self.state == "conflicted":
+            return IntentStatus.CONFLICTED
+        return IntentStatus.PENDING
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"state": self.state}
+        if self.state == "initial_pending":
+            return data
+        data["promotion_attempts"] = self.promotion_attempts
+        data["last_attempted_at"] = format_timestamp(self.last_attempted_at)
+        if self.state == "promoted":
+            data["job_id"] = str(self.job_id)
+            data["promoted_at"] = format_timestamp(self.promoted_at)
+        if self.state == "conflicted":
+            data["conflicted_at"] = format_timestamp(self.conflicted_at)
+        if self.error is not None:
+            data["error"] = self.error.to_dict()
+        return data
+
+
+def format_timestamp(value: dt.datetime | None) -> str | None:
+    """RFC 3339 in UTC with exactly six fractional digits and ``Z`` (the snapshot's format)."""
+    if value is None:
+        return None
+    utc = value.astimezone(dt.UTC)
+    return (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T{utc.hour:02d}:{utc.minute:02d}:"
+        f"{utc.second:02d}.{utc.microsecond:06d}Z"
+    )
+
+
+def coerce_uuid(value: object, code: Code = Code.INVALID_ORGANIZATION_ID) -> uuid.UUID:
+    """Accept a UUID or its text form; anything else is a validation error under ``code``."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise RunledgerError.for_code(code, f"expected a UUID, got {type(value).__name__}")

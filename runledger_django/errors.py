@@ -1,0 +1,243 @@
+"""RunledgerError, the one exception callers catch, and the catalog of its stable codes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class ErrorCategory(StrEnum):
+    VALIDATION = "validation"
+    CONFLICT = "conflict"
+    FORBIDDEN = "forbidden"
+    INTERNAL = "internal"
+
+
+class Code(StrEnum):
+    """Stable error codes (reference 7.2 plus this project's validation codes)."""
+
+    INVALID_JOB_TYPE = "job.invalid_job_type"
+    INVALID_JOB_TYPE_LENGTH = "job.invalid_job_type_length"
+    INTENT_INVALID_IDEMPOTENCY_KEY = "job.intent_invalid_idempotency_key"
+    INVALID_IDEMPOTENCY_KEY = "job.invalid_idempotency_key"
+    INVALID_IDEMPOTENCY_KEY_LENGTH = "job.invalid_idempotency_key_length"
+    INTENT_INVALID_MAX_ATTEMPTS = "job.intent_invalid_max_attempts"
+    INVALID_MAX_ATTEMPTS = "job.invalid_max_attempts"
+    INTENT_INVALID_TIMEOUT = "job.intent_invalid_timeout"
+    INVALID_TIMEOUT = "job.invalid_timeout"
+    INVALID_EXECUTION_RESOURCE_KEY = "job.invalid_execution_resource_key"
+    INVALID_PAYLOAD = "job.invalid_payload"
+    INVALID_ORGANIZATION_ID = "job.invalid_organization_id"
+    INVALID_NEXT_RUN_AT = "job.invalid_next_run_at"
+    INVALID_PRIORITY = "job.invalid_priority"
+    INVALID_STAGE = "job.invalid_stage"
+    INVALID_STATUS = "job.invalid_status"
+    INVALID_PAGINATION = "job.invalid_pagination"
+    INVALID_ARGUMENT = "job.invalid_argument"
+    INTENT_IDEMPOTENCY_UNSUPPORTED_ISOLATION = "job.intent_idempotency_unsupported_isolation"
+    INTENT_IDEMPOTENCY_CONFLICT = "job.intent_idempotency_conflict"
+    INTENT_IDEMPOTENCY_CONFLICT_MISSING_EXISTING = (
+        "job.intent_idempotency_conflict_missing_existing"
+    )
+    INTENT_INVALID_PERSISTED_ROW = "job.intent_invalid_persisted_row"
+    INTENT_SNAPSHOT_MISMATCH = "job.intent_snapshot_mismatch"
+    INTENT_TRANSITION_FAILED = "job.intent_transition_failed"
+    INTENT_RETENTION_BATCH_TOO_LARGE = "job.intent_retention_batch_too_large"
+    INTENT_RETENTION_UNSUPPORTED_ISOLATION = "job.intent_retention_unsupported_isolation"
+    INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION = "job.intent_promotion_requires_own_transaction"
+    INTENT_RETENTION_REQUIRES_TRANSACTION = "job.intent_retention_requires_transaction"
+    INTENT_PROMOTION_BUDGET_EXHAUSTED = "job.intent_promotion_budget_exhausted"
+    ENQUEUE_REQUEST_SNAPSHOT_FAILED = "job.enqueue_request_snapshot_failed"
+    DEFINITION_NOT_FOUND_OR_DISABLED = "job.definition_not_found_or_disabled"
+    IDEMPOTENCY_CONFLICT = "job.idempotency_conflict"
+    LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING = "job.legacy_idempotency_snapshot_missing"
+    IDEMPOTENCY_CONFLICT_MISSING_EXISTING = "job.idempotency_conflict_missing_existing"
+    ENQUEUE_IDEMPOTENCY_UNSUPPORTED_ISOLATION = "job.enqueue_idempotency_unsupported_isolation"
+    ALREADY_ENQUEUED = "job.already_enqueued"
+    DEFINITION_NOT_FOUND = "job.definition_not_found"
+    DB_UNIQUE_VIOLATION = "db.unique_violation"
+    DB_RELATED_RESOURCE_MISSING = "db.related_resource_missing"
+    DB_RELATED_RESOURCE_STILL_REFERENCED = "db.related_resource_still_referenced"
+    DB_BUSINESS_RULE_VIOLATION = "db.business_rule_violation"
+    DB_REQUIRED_FIELD_MISSING = "db.required_field_missing"
+    DB_PERMISSION_DENIED = "db.permission_denied"
+    DB_QUERY_FAILED = "db.query_failed"
+    DB_TRANSACTION_COMMIT_UNCONFIRMED = "db.transaction_commit_unconfirmed"
+
+
+_V = ErrorCategory.VALIDATION
+_C = ErrorCategory.CONFLICT
+_F = ErrorCategory.FORBIDDEN
+_I = ErrorCategory.INTERNAL
+
+CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
+    Code.INVALID_JOB_TYPE: (_V, "Job type must not be blank."),
+    Code.INVALID_JOB_TYPE_LENGTH: (_V, "Job type must be at most 255 bytes."),
+    Code.INTENT_INVALID_IDEMPOTENCY_KEY: (
+        _V,
+        "Job enqueue intent idempotency key must not be blank.",
+    ),
+    Code.INVALID_IDEMPOTENCY_KEY: (_V, "Job idempotency key must not be blank."),
+    Code.INVALID_IDEMPOTENCY_KEY_LENGTH: (_V, "Idempotency key must be at most 1,024 bytes."),
+    Code.INTENT_INVALID_MAX_ATTEMPTS: (_V, "Job enqueue intent max attempts must be positive."),
+    Code.INVALID_MAX_ATTEMPTS: (_V, "Job max attempts must be a positive 32-bit integer."),
+    Code.INTENT_INVALID_TIMEOUT: (_V, "Job enqueue intent timeout must be positive."),
+    Code.INVALID_TIMEOUT: (_V, "Job timeout must be a positive 32-bit integer."),
+    Code.INVALID_EXECUTION_RESOURCE_KEY: (
+        _V,
+        "Execution resource key must be non-blank and at most 512 bytes.",
+    ),
+    Code.INVALID_PAYLOAD: (_V, "Job payload must be JSON-native data that PostgreSQL can store."),
+    Code.INVALID_ORGANIZATION_ID: (_V, "Organization id must be a UUID."),
+    Code.INVALID_NEXT_RUN_AT: (_V, "Next run time must be a timezone-aware datetime."),
+    Code.INVALID_PRIORITY: (_V, "Job priority must be a 32-bit integer."),
+    Code.INVALID_STAGE: (_V, "Job stage must be one of queued, scheduled, running, completed."),
+    Code.INVALID_STATUS: (_I, "Job status in persisted row is invalid."),
+    Code.INVALID_PAGINATION: (_V, "Pagination limit and offset are invalid."),
+    Code.INVALID_ARGUMENT: (_V, "Request argument is invalid."),
+    Code.INTENT_IDEMPOTENCY_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Job enqueue intent recording requires READ COMMITTED transaction isolation.",
+    ),
+    Code.INTENT_IDEMPOTENCY_CONFLICT: (
+        _C,
+        "Job enqueue intent retry conflicts with the existing idempotency key.",
+    ),
+    Code.INTENT_IDEMPOTENCY_CONFLICT_MISSING_EXISTING: (
+        _I,
+        "Job enqueue intent retry could not be resolved.",
+    ),
+    Code.INTENT_INVALID_PERSISTED_ROW: (_I, "Job enqueue intent contains invalid persisted state."),
+    Code.INTENT_SNAPSHOT_MISMATCH: (_I, "Job enqueue intent request snapshot is inconsistent."),
+    Code.INTENT_TRANSITION_FAILED: (_I, "Job enqueue intent could not be updated."),
+    Code.INTENT_RETENTION_BATCH_TOO_LARGE: (
+        _V,
+        "Job enqueue intent retention batch must contain at most 1,000 job IDs.",
+    ),
+    Code.INTENT_RETENTION_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Job enqueue intent retention requires READ COMMITTED transaction isolation.",
+    ),
+    Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION: (
+        _V,
+        "Job enqueue intent promotion must run outside any transaction.",
+    ),
+    Code.INTENT_RETENTION_REQUIRES_TRANSACTION: (
+        _V,
+        "Job enqueue intent retention must run inside the caller's transaction.",
+    ),
+    Code.INTENT_PROMOTION_BUDGET_EXHAUSTED: (_I, "Database operation failed."),
+    Code.ENQUEUE_REQUEST_SNAPSHOT_FAILED: (_I, "Job enqueue request could not be recorded."),
+    Code.DEFINITION_NOT_FOUND_OR_DISABLED: (_V, "Job type is not available."),
+    Code.IDEMPOTENCY_CONFLICT: (
+        _C,
+        "Job enqueue retry conflicts with the existing idempotency key.",
+    ),
+    Code.LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING: (
+        _C,
+        "Job enqueue retry cannot be resolved because the existing idempotency key is missing "
+        "its request snapshot.",
+    ),
+    Code.IDEMPOTENCY_CONFLICT_MISSING_EXISTING: (_I, "Job enqueue retry could not be resolved."),
+    Code.ENQUEUE_IDEMPOTENCY_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Job idempotent enqueue requires READ COMMITTED transaction isolation.",
+    ),
+    Code.ALREADY_ENQUEUED: (_C, "Job is already enqueued for this idempotency key."),
+    Code.DEFINITION_NOT_FOUND: (_V, "Job definition does not exist."),
+    Code.DB_UNIQUE_VIOLATION: (_C, "Resource already exists."),
+    Code.DB_RELATED_RESOURCE_MISSING: (_V, "Related resource does not exist."),
+    Code.DB_RELATED_RESOURCE_STILL_REFERENCED: (
+        _V,
+        "Related resource is still referenced and cannot be deleted.",
+    ),
+    Code.DB_BUSINESS_RULE_VIOLATION: (_V, "Request violates a business rule."),
+    Code.DB_REQUIRED_FIELD_MISSING: (_V, "Required data is missing."),
+    Code.DB_PERMISSION_DENIED: (_F, "Operation is not allowed."),
+    Code.DB_QUERY_FAILED: (_I, "Database operation failed."),
+    Code.DB_TRANSACTION_COMMIT_UNCONFIRMED: (_I, "Database transaction commit was not confirmed."),
+}
+
+# A persisted row that fails to decode is the server's fault, not the caller's: the same codes
+# then carry the internal category and a message about the stored row (reference 7.2).
+PERSISTED_ROW_CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
+    Code.INVALID_JOB_TYPE: (_I, "Job type in persisted row is invalid."),
+    Code.INVALID_STAGE: (_I, "Job stage in persisted row is invalid."),
+}
+
+
+class RunledgerError(Exception):
+    """The one error type of runledger_django.
+
+    ``str()`` is the client message, safe to show an end user. ``internal_message`` may name job
+    types, ids or database detail; it stays out of ``repr()`` and logs.
+    """
+
+    def __init__(
+        self,
+        *,
+        category: ErrorCategory,
+        code: str,
+        client_message: str,
+        internal_message: str,
+        sqlstate: str | None = None,
+        constraint: str | None = None,
+    ) -> None:
+        super().__init__(client_message)
+        self.category = category
+        self.code = code
+        self.client_message = client_message
+        self.internal_message = internal_message
+        self.sqlstate = sqlstate
+        self.constraint = constraint
+
+    @classmethod
+    def for_code(
+        cls,
+        code: Code,
+        internal_message: str,
+        *,
+        persisted_row: bool = False,
+        sqlstate: str | None = None,
+        constraint: str | None = None,
+    ) -> RunledgerError:
+        """Build the error for ``code`` from the catalog."""
+        category, client_message = (
+            PERSISTED_ROW_CATALOG.get(code) if persisted_row else None
+        ) or CATALOG[code]
+        return cls(
+            category=category,
+            code=str(code),
+            client_message=client_message,
+            internal_message=internal_message,
+            sqlstate=sqlstate,
+            constraint=constraint,
+        )
+
+    def __str__(self) -> str:
+        return self.client_message
+
+    def __repr__(self) -> str:
+        return (
+            f"RunledgerError(category={self.category.value!r}, code={self.code!r}, "
+            f"client_message={self.client_message!r}, sqlstate={self.sqlstate!r}, "
+            f"constraint={self.constraint!r}, has_cause={self.__cause__ is not None})"
+        )
+
+    def log_fields(self) -> dict[str, str]:
+        """The sanitized diagnostics that may be logged: code, SQLSTATE and constraint only."""
+        return {
+            "error_code": self.code,
+            "error_sqlstate": self.sqlstate or "none",
+            "error_constraint": self.constraint or "none",
+        }
+
+    def __reduce__(self) -> tuple[object, tuple[dict[str, object]]]:
+        # Keyword-only __init__ defeats Exception's default pickling (used across processes).
+        return (_restore_error, (dict(self.__dict__),))
+
+
+def _restore_error(state: dict[str, object]) -> RunledgerError:
+    error = RunledgerError.__new__(RunledgerError)
+    Exception.__init__(error, state.get("client_message"))
+    error.__dict__.update(state)
+    return error

@@ -1,0 +1,364 @@
+"""The four runledger tables. Writes go through the services; models are schema plus reads.
+
+Constraint and index names are contract (error classification and operators rely on them).
+What the ORM cannot express (Unicode blank CHECKs, the lifecycle CHECK, triggers, immediate
+ON DELETE RESTRICT/CASCADE foreign keys, UUIDv7 defaults) lives in migration 0002 as RunSQL,
+and so do the secondary indexes: their contract names are longer than the 30 characters
+Django allows in Meta.indexes.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+
+from .domain import (
+    FK_INTENT_PROMOTED_JOB,
+    UQ_JOB_QUEUE_GLOBAL,
+    UQ_JOB_QUEUE_ORG,
+    IntentState,
+    IntentStatus,
+    JobEventType,
+    JobStage,
+    JobStatus,
+    PromotionError,
+)
+from .errors import Code, RunledgerError
+from .uuid7 import uuid7
+
+__all__ = ["FK_INTENT_PROMOTED_JOB", "Job", "JobDefinition", "JobEnqueueIntent", "JobEvent"]
+
+
+class JobDefinition(models.Model):
+    """A job type the queue accepts, with the defaults promotion applies (reference 2.3)."""
+
+    job_type = models.TextField(primary_key=True)
+    version = models.IntegerField(db_default=1, default=1)
+    max_attempts = models.IntegerField(db_default=8, default=8)
+    default_timeout_seconds = models.IntegerField(db_default=900, default=900)
+    default_priority = models.IntegerField(db_default=100, default=100)
+    is_enabled = models.BooleanField(db_default=True, default=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "runledger_job_definitions"
+        ordering = ["job_type"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(version__gt=0), name="chk_job_definitions_version_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gt=0), name="chk_job_definitions_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(default_timeout_seconds__gt=0),
+                name="chk_job_definitions_timeout_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.job_type
+
+
+class Job(models.Model):
+    """A row of the job queue (the parts of reference 2.2 that intents depend on)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    # The FK is created by RunSQL as fk_job_queue_job_type, immediate and ON DELETE RESTRICT.
+    job_type = models.ForeignKey(
+        JobDefinition,
+        on_delete=models.DO_NOTHING,
+        db_column="job_type",
+        db_constraint=False,
+        db_index=False,
+        related_name="jobs",
+    )
+    organization_id = models.UUIDField(null=True, blank=True)
+    payload = models.JSONField(db_default=models.Value({}, models.JSONField()), default=dict)
+    status = models.TextField(
+        choices=JobStatus.choices, db_default=JobStatus.PENDING, default=JobStatus.PENDING
+    )
+    priority = models.IntegerField(db_default=100, default=100)
+    run_number = models.IntegerField(db_default=1, default=1)
+    attempt = models.IntegerField(db_default=0, default=0)
+    max_attempts = models.IntegerField()
+    timeout_seconds = models.IntegerField(db_default=900, default=900)
+    next_run_at = models.DateTimeField(db_default=Now())
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    worker_id = models.TextField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    stage = models.TextField(db_default=JobStage.QUEUED, default=JobStage.QUEUED)
+    progress_done = models.BigIntegerField(null=True, blank=True)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    checkpoint = models.JSONField(null=True, blank=True)
+    idempotency_key = models.TextField(null=True, blank=True)
+    status_reason = models.TextField(null=True, blank=True)
+    last_error_code = models.TextField(null=True, blank=True)
+    last_error_message = models.TextField(null=True, blank=True)
+    enqueue_request = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    execution_resource_key = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "runledger_job_queue"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job_type", "organization_id", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False, organization_id__isnull=False),
+                name=UQ_JOB_QUEUE_ORG,
+            ),
+            models.UniqueConstraint(
+                fields=["job_type", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False, organization_id__isnull=True),
+                name=UQ_JOB_QUEUE_GLOBAL,
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=JobStatus.values), name="chk_job_queue_status"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt__gte=0), name="chk_job_queue_attempt_nonnegative"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__gt=0), name="chk_job_queue_max_attempts_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(run_number__gt=0), name="chk_job_queue_run_number_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__gt=0), name="chk_job_queue_timeout_positive"
+            ),
+            models.CheckConstraint(
+                condition=(
+                    (Q(progress_done__isnull=True) | Q(progress_done__gte=0))
+                    & (Q(progress_total__isnull=True) | Q(progress_total__gte=0))
+                    & (
+                        Q(progress_done__isnull=True)
+                        | Q(progress_total__isnull=True)
+                        | Q(progress_done__lte=models.F("progress_total"))
+                    )
+                ),
+                name="chk_job_queue_progress_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=Q(idempotency_key__isnull=True) | Q(enqueue_request__isnull=False),
+                name="ck_job_queue_idempotency_enqueue_request",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type_id} {self.id}"
+
+
+class JobEvent(models.Model):
+    """The append-only job audit trail; enqueue writes exactly one ENQUEUED row (reference 2.4)."""
+
+    id = models.BigAutoField(primary_key=True)
+    # The FK is created by RunSQL as fk_job_events_job with ON DELETE CASCADE in the database.
+    job = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="events",
+    )
+    run_number = models.IntegerField(db_default=1, default=1)
+    attempt = models.IntegerField(null=True, blank=True)
+    event_type = models.TextField(choices=JobEventType.choices)
+    stage = models.TextField(null=True, blank=True)
+    progress_done = models.BigIntegerField(null=True, blank=True)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    payload = models.JSONField(db_default=models.Value({}, models.JSONField()), default=dict)
+    occurred_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "runledger_job_events"
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(event_type__in=JobEventType.values), name="chk_job_events_event_type"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt__isnull=True) | Q(attempt__gt=0),
+                name="chk_job_events_attempt_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} {self.job_id}"
+
+
+class JobEnqueueIntent(models.Model):
+    """A durable, strictly idempotent request to enqueue one job later (reference 2.1)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    job_type = models.TextField()
+    """Deliberately no foreign key: intents may name types that have no definition yet."""
+    organization_id = models.UUIDField(null=True, blank=True)
+    payload = models.JSONField()
+    priority = models.IntegerField(null=True, blank=True)
+    max_attempts = models.IntegerField(null=True, blank=True)
+    timeout_seconds = models.IntegerField(null=True, blank=True)
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    idempotency_key = models.TextField()
+    stage = models.TextField(db_default=JobStage.QUEUED, default=JobStage.QUEUED)
+    enqueue_request_version = models.SmallIntegerField(db_default=1, default=1)
+    enqueue_request = models.JSONField()
+    execution_resource_key = models.TextField(null=True, blank=True)
+    promotion_attempts = models.IntegerField(db_default=0, default=0)
+    next_promotion_at = models.DateTimeField(db_default=Now())
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    status = models.TextField(
+        choices=IntentStatus.choices, db_default=IntentStatus.PENDING, default=IntentStatus.PENDING
+    )
+    # The FK is created by RunSQL: immediate, ON DELETE RESTRICT (the retention fence).
+    promoted_job = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        null=True,
+        blank=True,
+        db_constraint=False,
+        db_index=False,
+        related_name="+",
+    )
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    conflicted_at = models.DateTimeField(null=True, blank=True)
+    last_error_code = models.TextField(null=True, blank=True)
+    last_error_message = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=Now(), editable=False)
+    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+
+    class Meta:
+        db_table = "runledger_job_enqueue_intents"
+        verbose_name = "enqueue intent"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job_type", "organization_id", "idempotency_key"],
+                condition=Q(organization_id__isnull=False),
+                name="uq_job_enqueue_intents_type_idempotency_org",
+            ),
+            models.UniqueConstraint(
+                fields=["job_type", "idempotency_key"],
+                condition=Q(organization_id__isnull=True),
+                name="uq_job_enqueue_intents_type_idempotency_global",
+            ),
+            models.CheckConstraint(
+                condition=Q(max_attempts__isnull=True) | Q(max_attempts__gt=0),
+                name="chk_job_enqueue_intents_max_attempts_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(timeout_seconds__isnull=True) | Q(timeout_seconds__gt=0),
+                name="chk_job_enqueue_intents_timeout_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(enqueue_request_version=1),
+                name="chk_job_enqueue_intents_enqueue_request_version",
+            ),
+            models.CheckConstraint(
+                condition=Q(promotion_attempts__gte=0),
+                name="chk_job_enqueue_intents_promotion_attempts",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=IntentStatus.values),
+                name="chk_job_enqueue_intents_status",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_type} {self.id}"
+
+    @property
+    def state(self) -> IntentState:
+        """The typed lifecycle of this row (reference 5); impossible shapes raise."""
+        return decode_intent_state(
+            status=self.status,
+            promotion_attempts=self.promotion_attempts,
+            last_attempted_at=self.last_attempted_at,
+            promoted_job_id=self.promoted_job_id,
+            promoted_at=self.promoted_at,
+            conflicted_at=self.conflicted_at,
+            last_error_code=self.last_error_code,
+            last_error_message=self.last_error_message,
+        )
+
+
+def _present(text: str | None) -> bool:
+    return text is not None and text.strip(" ") != ""
+
+
+def decode_intent_state(
+    *,
+    status: str,
+    promotion_attempts: int,
+    last_attempted_at: object,
+    promoted_job_id: uuid.UUID | None,
+    promoted_at: object,
+    conflicted_at: object,
+    last_error_code: str | None,
+    last_error_message: str | None,
+) -> IntentState:
+    """Decode the lifecycle columns, rejecting every shape the state machine cannot produce."""
+    import datetime as dt
+
+    def ts(value: object) -> dt.datetime | None:
+        return value if isinstance(value, dt.datetime) else None
+
+    attempted = ts(last_attempted_at)
+    no_error = last_error_code is None and last_error_message is None
+    has_error = _present(last_error_code) and _present(last_error_message)
+    error = (
+        PromotionError(code=last_error_code, message=last_error_message)  # type: ignore[arg-type]
+        if has_error
+        else None
+    )
+    unpromoted = promoted_job_id is None and promoted_at is None
+    if status == IntentStatus.PENDING and unpromoted and conflicted_at is None:
+        if promotion_attempts == 0 and attempted is None and no_error:
+            return IntentState(state="initial_pending")
+        if promotion_attempts > 0 and attempted is not None and has_error:
+            return IntentState(
+                state="retry_pending",
+                promotion_attempts=promotion_attempts,
+                last_attempted_at=attempted,
+                error=error,
+            )
+    elif status == IntentStatus.PROMOTED:
+        if (
+            promotion_attempts > 0
+            and attempted is not None
+            and promoted_job_id is not None
+            and ts(promoted_at) is not None
+            and conflicted_at is None
+            and no_error
+        ):
+            return IntentState(
+                state="promoted",
+                promotion_attempts=promotion_attempts,
+                last_attempted_at=attempted,
+                job_id=promoted_job_id,
+                promoted_at=ts(promoted_at),
+            )
+    elif status == IntentStatus.CONFLICTED:
+        if (
+            promotion_attempts > 0
+            and attempted is not None
+            and unpromoted
+            and ts(conflicted_at) is not None
+            and has_error
+        ):
+            return IntentState(
+                state="conflicted",
+                promotion_attempts=promotion_attempts,
+                last_attempted_at=attempted,
+                conflicted_at=ts(conflicted_at),
+                error=error,
+            )
+    raise RunledgerError.for_code(
+        Code.INTENT_INVALID_PERSISTED_ROW,
+        f"job enqueue intent persisted lifecycle fields do not match status {status}",
+    )

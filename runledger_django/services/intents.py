@@ -1,0 +1,257 @@
+"""Recording enqueue intents and reading them back through explicit scopes (reference 4.2, 4.3)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from typing import Any
+
+from django.db import connections
+from django.db.backends.utils import CursorWrapper
+from django.db.models import QuerySet
+
+from ..db import queries
+from ..db.transaction import ensure_read_committed, execute
+from ..domain import EnqueueRequest, IntentOutcome, IntentStatus, ReadScope
+from ..errors import Code, RunledgerError
+from ..models import JobEnqueueIntent
+from ..uuid7 import uuid7
+from ..validation import (
+    prepare_enqueue,
+    validate_page,
+    validate_search_text,
+    validate_status_filter,
+    validate_uuid_argument,
+)
+from ._owned import run_owned
+
+DEFAULT_USING = "default"
+
+
+def record_intent(
+    job_type: str,
+    payload: Any,
+    *,
+    idempotency_key: str,
+    organization_id: uuid.UUID | str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    next_run_at: dt.datetime | None = None,
+    stage: str | None = None,
+    execution_resource_key: str | None = None,
+    using: str = DEFAULT_USING,
+) -> IntentOutcome:
+    """Record a durable, strictly idempotent request to enqueue one job later.
+
+    Transaction: inside an atomic block it joins the caller's transaction (which must be READ
+    COMMITTED) and commits nothing; the intent then commits or rolls back with the caller's
+    work. Outside one it runs in its own READ COMMITTED transaction.
+
+    Record the intent before anything in the same transaction that can lock a job row: queue
+    retention locks intents before jobs, and a job-first recorder can deadlock against it.
+    Recording never reads or locks job definitions; the type need not exist yet.
+
+    Args:
+        job_type: the job type to enqueue at promotion.
+        payload: JSON-native data.
+        idempotency_key: required; a retry with the identical request resolves to the same
+            intent, a different request with the same key is a conflict.
+
+    Returns:
+        The intent and what was observed: ``disposition`` ``"inserted"`` or ``"existing"``. An
+        identical retry of a promoted or conflicted intent returns that state (it does not
+        raise); abort the business transaction yourself if CONFLICTED is not acceptable.
+
+    Raises:
+        RunledgerError: validation codes for bad input (before any SQL);
+            ``job.intent_idempotency_conflict``; ``job.intent_idempotency_unsupported_isolation``;
+            ``job.intent_idempotency_conflict_missing_existing``.
+    """
+    request = prepare_enqueue(
+        job_type,
+        payload,
+        idempotency_key=idempotency_key,
+        organization_id=organization_id,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        next_run_at=next_run_at,
+        stage=stage,
+        execution_resource_key=execution_resource_key,
+        for_intent=True,
+    )
+    connection = connections[using]
+    if connection.in_atomic_block:
+        with connection.cursor() as cursor:
+            return record_in_transaction(cursor, request)
+
+    def in_transaction(cursor: CursorWrapper) -> IntentOutcome:
+        return record_in_transaction(cursor, request)
+
+    return run_owned(
+        using,
+        lambda cursor: _insert(cursor, request),
+        in_transaction,
+        operation="record job enqueue intent",
+    )
+
+
+def _insert(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | None:
+    sql = (
+        queries.RECORD_INTENT_GLOBAL
+        if request.organization_id is None
+        else queries.RECORD_INTENT_ORG
+    )
+    params = {
+        "id": uuid7(),
+        "job_type": request.job_type,
+        "organization_id": request.organization_id,
+        "payload": request.payload_json,
+        "priority": request.priority,
+        "max_attempts": request.max_attempts,
+        "timeout_seconds": request.timeout_seconds,
+        "next_run_at": request.next_run_at,
+        "idempotency_key": request.idempotency_key,
+        "stage": request.stage,
+        "snapshot": request.snapshot_json,
+        "execution_resource_key": request.execution_resource_key,
+    }
+    row = execute(cursor, sql, params, context="record job enqueue intent").fetchone()
+    if row is None:
+        return None
+    return IntentOutcome(
+        intent_id=row[0], status=IntentStatus.PENDING, job_id=None, disposition="inserted"
+    )
+
+
+def record_in_transaction(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome:
+    """The insert-or-resolve algorithm of reference 4.2, at most two resolution attempts.
+
+    The insert waits behind an uncommitted recorder of the same key; the lookup, a new
+    statement, then sees the winner. A row deleted between the two statements sends us back
+    to insert once more.
+    """
+    for attempt in (1, 2):
+        outcome = _insert(cursor, request)
+        if outcome is not None:
+            return outcome
+        if attempt == 1:
+            ensure_read_committed(
+                cursor,
+                operation="record job enqueue intent",
+                code=Code.INTENT_IDEMPOTENCY_UNSUPPORTED_ISOLATION,
+            )
+        existing = _find_existing(cursor, request)
+        if existing is not None:
+            return existing
+    raise RunledgerError.for_code(
+        Code.INTENT_IDEMPOTENCY_CONFLICT_MISSING_EXISTING,
+        f"intent of type {request.job_type!r} vanished twice before it could be resolved",
+    )
+
+
+def _find_existing(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | None:
+    sql = (
+        queries.FIND_EXISTING_INTENT_GLOBAL
+        if request.organization_id is None
+        else queries.FIND_EXISTING_INTENT_ORG
+    )
+    params = {
+        "job_type": request.job_type,
+        "organization_id": request.organization_id,
+        "idempotency_key": request.idempotency_key,
+        "snapshot": request.snapshot_json,
+    }
+    row = execute(cursor, sql, params, context="resolve job enqueue intent").fetchone()
+    if row is None:
+        return None
+    intent_id, status, promoted_job_id, same_request = row
+    if not same_request:
+        raise RunledgerError.for_code(
+            Code.INTENT_IDEMPOTENCY_CONFLICT,
+            f"intent of type {request.job_type!r} names a different request",
+        )
+    return IntentOutcome(
+        intent_id=intent_id,
+        status=decode_outcome_status(status, promoted_job_id),
+        job_id=promoted_job_id,
+        disposition="existing",
+    )
+
+
+def decode_outcome_status(status: str, promoted_job_id: uuid.UUID | None) -> IntentStatus:
+    """PENDING and CONFLICTED carry no job; PROMOTED carries one; anything else is corrupt."""
+    if status == IntentStatus.PROMOTED and promoted_job_id is not None:
+        return IntentStatus.PROMOTED
+    if status in (IntentStatus.PENDING, IntentStatus.CONFLICTED) and promoted_job_id is None:
+        return IntentStatus(status)
+    raise RunledgerError.for_code(
+        Code.INTENT_INVALID_PERSISTED_ROW,
+        f"job enqueue intent status {status!r} does not match its promoted job link",
+    )
+
+
+def _scoped(scope: ReadScope, using: str) -> QuerySet[JobEnqueueIntent]:
+    if not isinstance(scope, ReadScope):
+        raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a ReadScope")
+    rows = JobEnqueueIntent.objects.using(using)
+    if scope.kind == "organization":
+        return rows.filter(organization_id=scope.organization_id)
+    if scope.kind == "global":
+        return rows.filter(organization_id__isnull=True)
+    return rows
+
+
+def _checked(intent: JobEnqueueIntent) -> JobEnqueueIntent:
+    """Refuse a row whose lifecycle, stage or type cannot have been written by this library."""
+    from ..validation import validate_job_type, validate_stage
+
+    intent.state  # noqa: B018  (decodes or raises job.intent_invalid_persisted_row)
+    validate_stage(intent.stage, persisted_row=True)
+    validate_job_type(intent.job_type, persisted_row=True)
+    return intent
+
+
+def get_intent(
+    intent_id: uuid.UUID | str, *, scope: ReadScope, using: str = DEFAULT_USING
+) -> JobEnqueueIntent | None:
+    """Return one intent, or None when it is absent or outside ``scope`` (indistinguishable).
+
+    Raises:
+        RunledgerError: ``job.invalid_argument`` for a malformed id or scope;
+            ``job.intent_invalid_persisted_row`` / ``job.invalid_stage`` for a corrupt row.
+    """
+    checked_id = validate_uuid_argument(intent_id, "intent_id")
+    intent = _scoped(scope, using).filter(id=checked_id).first()
+    return None if intent is None else _checked(intent)
+
+
+def list_intents(
+    *,
+    scope: ReadScope,
+    status: IntentStatus | str | None = None,
+    job_type_query: str | None = None,
+    limit: int = 50,
+    offset: int = 0,
+    using: str = DEFAULT_USING,
+) -> list[JobEnqueueIntent]:
+    """Return a page of intents in ``scope``, newest first (``created_at DESC, id DESC``).
+
+    ``job_type_query`` is a case-insensitive substring matched literally: ``%`` and ``_`` are
+    not wildcards.
+
+    Raises:
+        RunledgerError: ``job.invalid_pagination`` unless ``1 <= limit <= 1000`` and
+            ``offset >= 0``; ``job.invalid_argument`` for a bad status, query or scope.
+    """
+    page = validate_page(limit, offset)
+    status_value = validate_status_filter(status)
+    query = validate_search_text(job_type_query, "job_type_query")
+    rows = _scoped(scope, using)
+    if status_value is not None:
+        rows = rows.filter(status=status_value)
+    if query:
+        rows = rows.filter(job_type__icontains=query)
+    rows = rows.order_by("-created_at", "-id")[page.offset : page.offset + page.limit]
+    return [_checked(intent) for intent in rows]

@@ -1,0 +1,503 @@
+"""Promotion: pending intents become ordinary jobs, exactly once per key (reference 4.4).
+
+A pass claims eligible intents with SKIP LOCKED under the shared retention fence, inserts the
+batch's jobs in one set-based statement, and sends every row that did not insert cleanly
+(existing key, drift, disabled definition, a failing trigger) through the per-row path of the
+reference: one savepoint per row, at most 24 of them per pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import DatabaseError, close_old_connections, connections, transaction
+from django.db.backends.utils import CursorWrapper
+
+from ..db import queries
+from ..db.classify import classify, is_session_fatal
+from ..db.transaction import (
+    LOCK_TIMEOUT,
+    STATEMENT_TIMEOUT,
+    cap_timeout,
+    cap_transaction_timeout,
+    execute,
+    has_transaction_timeout,
+    owned_read_committed,
+)
+from ..domain import PROMOTION_BATCH_LIMIT_MAX, EnqueueRequest, PromotionReport
+from ..errors import Code, RunledgerError
+from ..uuid7 import uuid7
+from ..validation import (
+    canonical_snapshot_json,
+    validate_execution_resource_key,
+    validate_job_type,
+    validate_job_types,
+    validate_page,
+    validate_stage,
+)
+from .enqueue import DefinitionUnavailable, EnqueueConflict, Enqueued, enqueue_from_intent
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_USING = "default"
+TRANSACTION_BUDGET_MS = 25_000
+"""Total lifetime of a pass; below retention's 30 s fence wait (reference 4.5 liveness order)."""
+LOCK_TIMEOUT_MS = 5_000
+"""Row-lock and fence waits inside a pass."""
+CLIENT_BUDGET_RECAP_SECONDS = 0.25
+"""On PostgreSQL 15 and 16, how stale the statement_timeout cap may get (the overshoot bound)."""
+
+TERMINAL_CODES = frozenset(
+    {
+        Code.INTENT_INVALID_PERSISTED_ROW,
+        Code.INVALID_JOB_TYPE,
+        Code.INVALID_EXECUTION_RESOURCE_KEY,
+        Code.INVALID_STAGE,
+    }
+)
+"""Intrinsically invalid persisted requests; every other failure retries, so no work is lost."""
+
+
+def promote_intents(
+    job_types: Iterable[str],
+    *,
+    limit: int = PROMOTION_BATCH_LIMIT_MAX,
+    using: str = DEFAULT_USING,
+) -> PromotionReport:
+    """Run one promotion pass over ``job_types``.
+
+    Transaction: owns its transaction (READ COMMITTED, 25 s total, 5 s lock waits) and refuses
+    to run inside an atomic block. A pass that finds nothing eligible runs one non-locking query
+    and takes no transaction and no fence.
+
+    Args:
+        job_types: the allow-list; a promoter should only promote types its workers run.
+        limit: rows to claim (1 to 1000). At most 24 rows per pass take the per-row savepoint
+            path; the rest of a large batch promotes set-based.
+
+    Returns:
+        The report; ``batch_was_full`` means eligible work may remain, so drain again now.
+
+    Raises:
+        RunledgerError: ``job.invalid_pagination``; ``job.invalid_job_type``;
+            ``job.intent_promotion_requires_own_transaction``; ``db.query_failed`` (for example
+            a fence wait that timed out); ``job.intent_promotion_budget_exhausted`` when the
+            25 s budget ran out (everything the pass did is rolled back).
+    """
+    page = validate_page(limit, 0)
+    types = validate_job_types(job_types)
+    if not types:
+        return PromotionReport()
+    connection = connections[using]
+    if connection.in_atomic_block:
+        raise RunledgerError.for_code(
+            Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION,
+            "promote_intents was called inside an atomic block",
+        )
+    with connection.cursor() as cursor:
+        row = execute(
+            cursor,
+            queries.PROMOTION_HAS_ELIGIBLE,
+            {"job_types": types},
+            context="check eligible job enqueue intents",
+        ).fetchone()
+    if not (row and row[0]):
+        return PromotionReport()
+    return _Pass(using, types, page.limit).run()
+
+
+def server_has_transaction_timeout(using: str) -> bool:
+    """Whether the server enforces the budget itself (17+); tests force the client path."""
+    return has_transaction_timeout(using)
+
+
+@dataclass
+class _Budget:
+    """The 25 s pass budget kept by the client where transaction_timeout does not exist."""
+
+    deadline: float
+    last_cap: float | None = None
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.deadline - 0.05
+
+    def wrap(
+        self,
+        execute_next: Callable[..., Any],
+        sql: str,
+        params: Any,
+        many: bool,
+        context: dict[str, Any],
+    ) -> Any:
+        """Django execute wrapper: re-cap statement_timeout to what is left of the budget."""
+        now = time.monotonic()
+        if now >= self.deadline:
+            raise _budget_exhausted("client-side promotion budget spent before a statement")
+        if self.last_cap is None or now - self.last_cap >= CLIENT_BUDGET_RECAP_SECONDS:
+            remaining_ms = max(1, int((self.deadline - now) * 1000))
+            self.last_cap = now  # first: the cap below passes through this wrapper too
+            cap_timeout(context["cursor"], STATEMENT_TIMEOUT, remaining_ms)
+        return execute_next(sql, params, many, context)
+
+
+def _budget_exhausted(detail: str) -> RunledgerError:
+    return RunledgerError.for_code(Code.INTENT_PROMOTION_BUDGET_EXHAUSTED, detail)
+
+
+@dataclass
+class _Candidate:
+    intent_id: uuid.UUID
+    request: EnqueueRequest | None
+    invalid: RunledgerError | None
+
+
+@dataclass
+class _Counts:
+    inserted_jobs: int = 0
+    existing_jobs: int = 0
+    conflicted: int = 0
+    definition_became_unavailable: int = 0
+    retry_deferred: int = 0
+    batch_was_full: bool = False
+    promoted: set[uuid.UUID] = field(default_factory=set)
+
+    def report(self) -> PromotionReport:
+        return PromotionReport(
+            inserted_jobs=self.inserted_jobs,
+            existing_jobs=self.existing_jobs,
+            conflicted=self.conflicted,
+            definition_became_unavailable=self.definition_became_unavailable,
+            retry_deferred=self.retry_deferred,
+            total_promoted=self.inserted_jobs + self.existing_jobs,
+            batch_was_full=self.batch_was_full,
+        )
+
+
+class _Pass:
+    def __init__(self, using: str, job_types: list[str], limit: int) -> None:
+        self.using = using
+        self.job_types = job_types
+        self.limit = limit
+        self.counts = _Counts()
+        self.budget: _Budget | None = None
+
+    def run(self) -> PromotionReport:
+        server_side = server_has_transaction_timeout(self.using)
+        if not server_side:
+            self.budget = _Budget(deadline=time.monotonic() + TRANSACTION_BUDGET_MS / 1000)
+        try:
+            with self._budget_wrapper(), owned_read_committed(self.using) as cursor:
+                self._critical_section(cursor, server_side)
+        except DatabaseError as exc:
+            failure = self._pass_failure(classify(exc, "promote job enqueue intents"))
+            self._after_failure(failure, exc)
+            raise failure from exc
+        except RunledgerError as error:
+            failure = self._pass_failure(error)
+            self._after_failure(failure, error.__cause__)
+            if failure is error:
+                raise
+            raise failure from error.__cause__
+        report = self.counts.report()
+        if report.anything_happened:
+            logger.info(
+                "processed durable job enqueue intents inserted_jobs=%d existing_jobs=%d "
+                "conflicted=%d definition_became_unavailable=%d retry_deferred=%d",
+                report.inserted_jobs,
+                report.existing_jobs,
+                report.conflicted,
+                report.definition_became_unavailable,
+                report.retry_deferred,
+                extra={"runledger": report.to_dict()},
+            )
+        return report
+
+    @contextmanager
+    def _budget_wrapper(self) -> Iterator[None]:
+        if self.budget is None:
+            yield
+            return
+        with connections[self.using].execute_wrapper(self.budget.wrap):
+            yield
+
+    def _pass_failure(self, error: RunledgerError) -> RunledgerError:
+        """A pass killed by transaction_timeout (25P04) or by the client-side budget's
+        statement cap (57014 once the budget is spent) reports the exhausted budget."""
+        if error.sqlstate == "25P04" or (
+            self.budget is not None and self.budget.expired() and error.sqlstate == "57014"
+        ):
+            exhausted = _budget_exhausted("promotion pass exceeded its 25 s budget")
+            exhausted.sqlstate = error.sqlstate
+            return exhausted
+        return error
+
+    def _after_failure(self, error: RunledgerError, cause: BaseException | None) -> None:
+        if error.sqlstate == "25P04" or (cause is not None and is_session_fatal(cause)):
+            # transaction_timeout and lost connections end the session; start afresh next time.
+            connections[self.using].close()
+        logger.warning(
+            "durable job enqueue intent promotion pass failed error_code=%s error_sqlstate=%s",
+            error.code,
+            error.sqlstate or "none",
+            extra={"runledger": error.log_fields()},
+        )
+
+    def _critical_section(self, cursor: CursorWrapper, server_side: bool) -> None:
+        if server_side:
+            cap_transaction_timeout(cursor, TRANSACTION_BUDGET_MS)
+        cap_timeout(cursor, LOCK_TIMEOUT, LOCK_TIMEOUT_MS)
+        execute(cursor, queries.LOCK_PROMOTION_FENCE, None, context="take promotion fence")
+        rows = execute(
+            cursor,
+            queries.PROMOTION_CLAIM,
+            {"job_types": self.job_types, "limit": self.limit},
+            context="claim job enqueue intents",
+        ).fetchall()
+        self.counts.batch_was_full = len(rows) == self.limit
+        candidates = [_decode(row) for row in rows]
+        self._promote_set_based(cursor, candidates)
+        fallback = [c for c in candidates if c.intent_id not in self.counts.promoted]
+        if len(fallback) > PROMOTION_BATCH_LIMIT_MAX:
+            self.counts.batch_was_full = True
+        for candidate in fallback[:PROMOTION_BATCH_LIMIT_MAX]:
+            self._promote_one(cursor, candidate)
+
+    def _promote_set_based(self, cursor: CursorWrapper, candidates: list[_Candidate]) -> None:
+        batch = [c for c in candidates if c.request is not None]
+        if not batch:
+            return
+        params = {
+            "intent_ids": [c.intent_id for c in batch],
+            "job_ids": [uuid7() for _ in batch],
+            "snapshots": [c.request.snapshot_json for c in batch if c.request is not None],
+        }
+        try:
+            with transaction.atomic(using=self.using):
+                rows = execute(
+                    cursor,
+                    queries.PROMOTE_BATCH_FAST_PATH,
+                    params,
+                    context="promote job enqueue intents",
+                ).fetchall()
+        except RunledgerError as error:
+            self._propagate_if_fatal(error)
+            return  # every row goes through the per-row path, which isolates the culprit
+        promoted = {row[0] for row in rows}
+        self.counts.promoted |= promoted
+        self.counts.inserted_jobs += len(promoted)
+
+    def _propagate_if_fatal(self, error: RunledgerError) -> None:
+        cause = error.__cause__
+        if self.budget is not None and self.budget.expired():
+            raise _budget_exhausted("promotion pass exceeded its 25 s budget") from cause
+        if cause is not None and (not isinstance(cause, DatabaseError) or is_session_fatal(cause)):
+            raise error
+
+    def _promote_one(self, cursor: CursorWrapper, candidate: _Candidate) -> None:
+        try:
+            with transaction.atomic(using=self.using):
+                if candidate.invalid is not None:
+                    raise candidate.invalid
+                assert candidate.request is not None  # noqa: S101  (decoded above)
+                self._check_snapshot(cursor, candidate)
+                resolution = enqueue_from_intent(cursor, candidate.request)
+                if isinstance(resolution, Enqueued):
+                    self._transition(
+                        cursor,
+                        queries.MARK_PROMOTED,
+                        {"id": candidate.intent_id, "job_id": resolution.outcome.job_id},
+                    )
+        except RunledgerError as error:
+            self._propagate_if_fatal(error)
+            if error.code in TERMINAL_CODES:
+                self._mark_conflicted(cursor, candidate.intent_id, error.code, error)
+            else:
+                self._mark_deferred(cursor, candidate.intent_id, error)
+            return
+        if isinstance(resolution, Enqueued):
+            if resolution.outcome.disposition == "inserted":
+                self.counts.inserted_jobs += 1
+            else:
+                self.counts.existing_jobs += 1
+        elif isinstance(resolution, DefinitionUnavailable):
+            # Disabled or deleted after selection: untouched, no attempt consumed.
+            self.counts.definition_became_unavailable += 1
+            _warn(candidate.intent_id, resolution.code, None, "definition_became_unavailable")
+        elif isinstance(resolution, EnqueueConflict):
+            self._transition(
+                cursor,
+                queries.MARK_CONFLICTED,
+                {
+                    "id": candidate.intent_id,
+                    "code": resolution.code,
+                    "message": resolution.client_message,
+                },
+            )
+            self.counts.conflicted += 1
+            _warn(candidate.intent_id, resolution.code, None, "conflicted")
+
+    def _check_snapshot(self, cursor: CursorWrapper, candidate: _Candidate) -> None:
+        assert candidate.request is not None  # noqa: S101
+        row = execute(
+            cursor,
+            queries.INTENT_SNAPSHOT_MATCHES,
+            {"id": candidate.intent_id, "snapshot": candidate.request.snapshot_json},
+            context="compare job enqueue intent snapshot",
+        ).fetchone()
+        if not (row and row[0]):
+            raise RunledgerError.for_code(
+                Code.INTENT_SNAPSHOT_MISMATCH,
+                f"intent {candidate.intent_id} columns differ from its request snapshot",
+            )
+
+    def _mark_conflicted(
+        self, cursor: CursorWrapper, intent_id: uuid.UUID, code: str, error: RunledgerError
+    ) -> None:
+        self._transition(
+            cursor,
+            queries.MARK_CONFLICTED,
+            {"id": intent_id, "code": code, "message": error.client_message},
+        )
+        self.counts.conflicted += 1
+        _warn(intent_id, error.code, error, "conflicted")
+
+    def _mark_deferred(
+        self, cursor: CursorWrapper, intent_id: uuid.UUID, error: RunledgerError
+    ) -> None:
+        self._transition(
+            cursor,
+            queries.MARK_RETRY_DEFERRED,
+            {"id": intent_id, "code": error.code, "message": error.client_message},
+        )
+        self.counts.retry_deferred += 1
+        _warn(intent_id, error.code, error, "retry_deferred")
+
+    @staticmethod
+    def _transition(cursor: CursorWrapper, sql: str, params: dict[str, Any]) -> None:
+        """Every lifecycle transition must touch exactly one PENDING row."""
+        affected = execute(cursor, sql, params, context="transition job enqueue intent").rowcount
+        if affected != 1:
+            raise RunledgerError.for_code(
+                Code.INTENT_TRANSITION_FAILED,
+                f"intent {params['id']} transition touched {affected} rows",
+            )
+
+
+def _warn(intent_id: uuid.UUID, code: str, error: RunledgerError | None, outcome: str) -> None:
+    fields = {
+        "intent_id": str(intent_id),
+        "error_code": code,
+        "error_sqlstate": (error.sqlstate if error else None) or "none",
+        "error_constraint": (error.constraint if error else None) or "none",
+        "promotion_outcome": outcome,
+    }
+    logger.warning(
+        "durable job enqueue intent promotion did not complete intent_id=%s error_code=%s "
+        "error_sqlstate=%s error_constraint=%s promotion_outcome=%s",
+        *fields.values(),
+        extra={"runledger": fields},
+    )
+
+
+def _decode(row: tuple[Any, ...]) -> _Candidate:
+    """Rebuild the enqueue request from a claimed row's columns (reference 4.4 step 9a)."""
+    (
+        intent_id,
+        job_type,
+        organization_id,
+        payload_text,
+        priority,
+        max_attempts,
+        timeout_seconds,
+        next_run_at,
+        idempotency_key,
+        stage,
+        execution_resource_key,
+        _snapshot_text,
+    ) = row
+    try:
+        checked_type = validate_job_type(job_type, persisted_row=True)
+        checked_stage = validate_stage(stage, persisted_row=True)
+        resource_key = validate_execution_resource_key(execution_resource_key)
+        snapshot = canonical_snapshot_json(
+            payload_json=payload_text,
+            priority=priority,
+            max_attempts=max_attempts,
+            timeout_seconds=timeout_seconds,
+            next_run_at=next_run_at,
+            stage=checked_stage,
+            execution_resource_key=resource_key,
+        )
+    except RunledgerError as error:
+        return _Candidate(intent_id=intent_id, request=None, invalid=error)
+    except (TypeError, ValueError):
+        return _Candidate(
+            intent_id=intent_id,
+            request=None,
+            invalid=RunledgerError.for_code(
+                Code.ENQUEUE_REQUEST_SNAPSHOT_FAILED, f"intent {intent_id} snapshot failed"
+            ),
+        )
+    request = EnqueueRequest(
+        job_type=checked_type,
+        organization_id=organization_id,
+        payload_json=payload_text,
+        priority=priority,
+        max_attempts=max_attempts,
+        timeout_seconds=timeout_seconds,
+        next_run_at=next_run_at,
+        idempotency_key=idempotency_key,
+        stage=checked_stage,
+        execution_resource_key=resource_key,
+        snapshot_json=snapshot,
+    )
+    return _Candidate(intent_id=intent_id, request=request, invalid=None)
+
+
+def run_promoter(
+    job_types: Callable[[], list[str]],
+    *,
+    limit: int,
+    interval: float,
+    stop: threading.Event,
+    loop: bool,
+    on_pass: Callable[[PromotionReport], None] | None = None,
+    using: str = DEFAULT_USING,
+) -> int:
+    """Drain (``loop=False``) or keep promoting until ``stop`` is set; return passes run.
+
+    Full batches are drained back to back without waiting. A stop request never interrupts a
+    pass: it commits or rolls back first. In loop mode a failed pass is logged and retried
+    after ``interval``; in drain mode it raises.
+    """
+    passes = 0
+    while not stop.is_set():
+        close_old_connections()
+        try:
+            report = promote_intents(job_types(), limit=limit, using=using)
+        except RunledgerError as error:
+            if not loop:
+                raise
+            logger.warning(
+                "job enqueue intent promotion failed error_code=%s",
+                error.code,
+                extra={"runledger": error.log_fields()},
+            )
+            stop.wait(interval)
+            continue
+        passes += 1
+        if on_pass is not None:
+            on_pass(report)
+        if report.batch_was_full:
+            continue
+        if not loop:
+            break
+        stop.wait(interval)
+    return passes

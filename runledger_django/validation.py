@@ -1,0 +1,359 @@
+"""Pure input rules: blank checks, storable values, and the canonical request snapshot v1.
+
+Everything here runs before any SQL, so bad input never reaches PostgreSQL as a raw error and
+the caller's transaction stays usable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .domain import (
+    PAGE_LIMIT_MAX,
+    EnqueueRequest,
+    IntentStatus,
+    JobStage,
+    coerce_uuid,
+    format_timestamp,
+)
+from .errors import Code, RunledgerError
+
+# Rust's str::trim (Unicode White_Space), not Python's isspace(), which also counts
+# U+001C..U+001F; the database CHECKs use the same set (reference 10.5).
+WHITESPACE = frozenset(
+    [chr(c) for c in range(0x09, 0x0E)]
+    + [" ", "\u0085", "\u00a0", "\u1680"]
+    + [chr(c) for c in range(0x2000, 0x200B)]
+    + ["\u2028", "\u2029", "\u202f", "\u205f", "\u3000"]
+)
+
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+JOB_TYPE_MAX_BYTES = 255
+IDEMPOTENCY_KEY_MAX_BYTES = 1024
+"""With the job type and organization id this keeps unique-index entries under btree's limit."""
+EXECUTION_RESOURCE_KEY_MAX_BYTES = 512
+PAYLOAD_MAX_DEPTH = 256
+PAYLOAD_MAX_BYTES = 64 * 1024 * 1024
+"""jsonb stops at 255 MB and the payload is stored twice (column and snapshot)."""
+SEARCH_QUERY_MAX_CHARS = 255
+STAGES = frozenset(stage.value for stage in JobStage)
+
+
+def is_blank(value: str) -> bool:
+    """True when every character is Unicode White_Space (or there are none)."""
+    return all(char in WHITESPACE for char in value)
+
+
+def _storable_text_problem(value: str) -> str | None:
+    """Why PostgreSQL's text type cannot hold ``value``, or None."""
+    if "\x00" in value:
+        return "contains NUL"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "contains a lone surrogate"
+    return None
+
+
+def _text(value: object, code: Code, field: str, *, persisted_row: bool = False) -> str:
+    if not isinstance(value, str):
+        raise RunledgerError.for_code(code, f"{field} must be a string, got {type(value).__name__}")
+    text = str(value)  # a StrEnum member becomes its value
+    problem = _storable_text_problem(text)
+    if problem:
+        raise RunledgerError.for_code(code, f"{field} {problem}", persisted_row=persisted_row)
+    return text
+
+
+def validate_job_type(value: object, *, persisted_row: bool = False) -> str:
+    job_type = _text(value, Code.INVALID_JOB_TYPE, "job_type", persisted_row=persisted_row)
+    if is_blank(job_type):
+        raise RunledgerError.for_code(
+            Code.INVALID_JOB_TYPE,
+            "job enqueue intent job_type was blank",
+            persisted_row=persisted_row,
+        )
+    if len(job_type.encode("utf-8")) > JOB_TYPE_MAX_BYTES:
+        raise RunledgerError.for_code(
+            Code.INVALID_JOB_TYPE_LENGTH, f"job_type longer than {JOB_TYPE_MAX_BYTES} bytes"
+        )
+    return job_type
+
+
+def validate_idempotency_key(value: object, *, for_intent: bool) -> str:
+    code = Code.INTENT_INVALID_IDEMPOTENCY_KEY if for_intent else Code.INVALID_IDEMPOTENCY_KEY
+    key = _text(value, code, "idempotency_key")
+    if is_blank(key):
+        raise RunledgerError.for_code(code, "idempotency key was blank")
+    if len(key.encode("utf-8")) > IDEMPOTENCY_KEY_MAX_BYTES:
+        raise RunledgerError.for_code(
+            Code.INVALID_IDEMPOTENCY_KEY_LENGTH,
+            f"idempotency key longer than {IDEMPOTENCY_KEY_MAX_BYTES} bytes",
+        )
+    return key
+
+
+def _int32(value: object, code: Code, field: str, *, positive: bool) -> int | None:
+    if value is None:
+        return None
+    # bool is an int subclass; True as a priority is a bug, not a 1.
+    if type(value) is not int:
+        raise RunledgerError.for_code(code, f"{field} must be an int, got {type(value).__name__}")
+    if not INT32_MIN <= value <= INT32_MAX or (positive and value <= 0):
+        raise RunledgerError.for_code(code, f"{field} out of range")
+    return value
+
+
+def validate_organization_id(value: object) -> uuid.UUID | None:
+    return None if value is None else coerce_uuid(value)
+
+
+def validate_next_run_at(value: object) -> dt.datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, dt.datetime):
+        raise RunledgerError.for_code(
+            Code.INVALID_NEXT_RUN_AT, f"next_run_at must be a datetime, got {type(value).__name__}"
+        )
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise RunledgerError.for_code(Code.INVALID_NEXT_RUN_AT, "next_run_at is naive")
+    try:
+        return value.astimezone(dt.UTC)
+    except OverflowError:
+        raise RunledgerError.for_code(
+            Code.INVALID_NEXT_RUN_AT, "next_run_at outside the representable range"
+        ) from None
+
+
+def validate_stage(value: object, *, persisted_row: bool = False) -> str:
+    if value is None:
+        return JobStage.QUEUED.value
+    if isinstance(value, str) and str(value) in STAGES:
+        return str(value)
+    raise RunledgerError.for_code(
+        Code.INVALID_STAGE, "stage is not a known JobStage", persisted_row=persisted_row
+    )
+
+
+def validate_execution_resource_key(value: object) -> str | None:
+    if value is None:
+        return None
+    code = Code.INVALID_EXECUTION_RESOURCE_KEY
+    key = _text(value, code, "execution_resource_key")
+    if is_blank(key) or len(key.encode("utf-8")) > EXECUTION_RESOURCE_KEY_MAX_BYTES:
+        raise RunledgerError.for_code(code, "execution resource key blank or too long")
+    return key
+
+
+def _payload_problem(payload: object) -> str | None:
+    """Why ``payload`` is not JSON-native data that jsonb can store, or None."""
+    stack: list[tuple[object, int]] = [(payload, 0)]
+    while stack:
+        value, depth = stack.pop()
+        kind = type(value)
+        if value is None or kind is bool or kind is int:
+            continue
+        if kind is str:
+            problem = _storable_text_problem(value)  # type: ignore[arg-type]
+            if problem:
+                return f"a string {problem}"
+        elif kind is float:
+            if not math.isfinite(value):  # type: ignore[arg-type]
+                return "a float is not finite"
+        elif kind is dict or kind is list or kind is tuple:
+            if depth >= PAYLOAD_MAX_DEPTH:
+                return f"nested deeper than {PAYLOAD_MAX_DEPTH} levels"
+            items: Iterable[object]
+            if kind is dict:
+                for key in value:  # type: ignore[attr-defined]
+                    if type(key) is not str:
+                        return f"a dict key is {type(key).__name__}, not str"
+                    problem = _storable_text_problem(key)
+                    if problem:
+                        return f"a dict key {problem}"
+                items = value.values()  # type: ignore[attr-defined]
+            else:
+                items = value  # type: ignore[assignment]
+            stack.extend((item, depth + 1) for item in items)
+        else:
+            return f"contains a {kind.__name__}, which is not JSON-native"
+    return None
+
+
+def encode_payload(payload: object) -> str:
+    """Return the payload as compact JSON text, or raise ``job.invalid_payload``."""
+    problem = _payload_problem(payload)
+    if problem is None:
+        try:
+            text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        except ValueError as exc:  # e.g. an int beyond the int-to-str digit limit
+            problem = f"not serializable ({type(exc).__name__})"
+        else:
+            if len(text) > PAYLOAD_MAX_BYTES or len(text.encode("utf-8")) > PAYLOAD_MAX_BYTES:
+                problem = f"larger than {PAYLOAD_MAX_BYTES} bytes"
+            else:
+                return text
+    raise RunledgerError.for_code(Code.INVALID_PAYLOAD, f"payload {problem}")
+
+
+def canonical_snapshot_json(
+    *,
+    payload_json: str,
+    priority: int | None,
+    max_attempts: int | None,
+    timeout_seconds: int | None,
+    next_run_at: dt.datetime | None,
+    stage: str,
+    execution_resource_key: str | None,
+) -> str:
+    """Canonical enqueue request v1 (reference 3.3) as JSON text.
+
+    Key order and spacing are fixed so the text is byte-for-byte stable; equality is still
+    decided by jsonb ``=`` in PostgreSQL, which also normalises numbers.
+    """
+    dump = json.dumps
+    parts = [
+        '{"payload":',
+        payload_json,
+        ',"priority":',
+        dump(priority),
+        ',"max_attempts":',
+        dump(max_attempts),
+        ',"timeout_seconds":',
+        dump(timeout_seconds),
+        ',"next_run_at":',
+        dump(format_timestamp(next_run_at)),
+        ',"stage":',
+        dump(stage, ensure_ascii=False),
+    ]
+    if execution_resource_key is not None:
+        parts += [',"execution_resource_key":', dump(execution_resource_key, ensure_ascii=False)]
+    parts.append("}")
+    return "".join(parts)
+
+
+def prepare_enqueue(
+    job_type: object,
+    payload: object,
+    *,
+    idempotency_key: object,
+    organization_id: object = None,
+    priority: object = None,
+    max_attempts: object = None,
+    timeout_seconds: object = None,
+    next_run_at: object = None,
+    stage: object = None,
+    execution_resource_key: object = None,
+    for_intent: bool,
+) -> EnqueueRequest:
+    """Validate a request in the reference's order and build its snapshot (reference 4.1)."""
+    checked_type = validate_job_type(job_type)
+    key = (
+        validate_idempotency_key(idempotency_key, for_intent=for_intent)
+        if idempotency_key is not None or for_intent
+        else None
+    )
+    checked_max_attempts = _int32(
+        max_attempts,
+        Code.INTENT_INVALID_MAX_ATTEMPTS if for_intent else Code.INVALID_MAX_ATTEMPTS,
+        "max_attempts",
+        positive=True,
+    )
+    checked_timeout = _int32(
+        timeout_seconds,
+        Code.INTENT_INVALID_TIMEOUT if for_intent else Code.INVALID_TIMEOUT,
+        "timeout_seconds",
+        positive=True,
+    )
+    resource_key = validate_execution_resource_key(execution_resource_key)
+    checked_stage = validate_stage(stage)
+    checked_priority = _int32(priority, Code.INVALID_PRIORITY, "priority", positive=False)
+    org = validate_organization_id(organization_id)
+    run_at = validate_next_run_at(next_run_at)
+    payload_json = encode_payload(payload)
+    snapshot = None
+    if key is not None:
+        snapshot = canonical_snapshot_json(
+            payload_json=payload_json,
+            priority=checked_priority,
+            max_attempts=checked_max_attempts,
+            timeout_seconds=checked_timeout,
+            next_run_at=run_at,
+            stage=checked_stage,
+            execution_resource_key=resource_key,
+        )
+    return EnqueueRequest(
+        job_type=checked_type,
+        organization_id=org,
+        payload_json=payload_json,
+        priority=checked_priority,
+        max_attempts=checked_max_attempts,
+        timeout_seconds=checked_timeout,
+        next_run_at=run_at,
+        idempotency_key=key,
+        stage=checked_stage,
+        execution_resource_key=resource_key,
+        snapshot_json=snapshot or "",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    limit: int
+    offset: int
+
+
+def validate_page(limit: object, offset: object, *, max_limit: int = PAGE_LIMIT_MAX) -> Page:
+    """``1 <= limit <= max_limit`` and ``offset >= 0``, else ``job.invalid_pagination``."""
+    if (
+        type(limit) is not int
+        or type(offset) is not int
+        or not 1 <= limit <= max_limit
+        or not 0 <= offset <= 2**63 - 1
+    ):
+        raise RunledgerError.for_code(Code.INVALID_PAGINATION, "limit or offset out of range")
+    return Page(limit, offset)
+
+
+def validate_status_filter(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and str(value) in IntentStatus.values:
+        return str(value)
+    raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "status filter is not an IntentStatus")
+
+
+def validate_search_text(value: object, field: str) -> str | None:
+    if value is None:
+        return None
+    text = _text(value, Code.INVALID_ARGUMENT, field)
+    if len(text) > SEARCH_QUERY_MAX_CHARS:
+        raise RunledgerError.for_code(Code.INVALID_ARGUMENT, f"{field} too long")
+    return text
+
+
+def validate_uuid_argument(value: object, field: str) -> uuid.UUID:
+    try:
+        return coerce_uuid(value, Code.INVALID_ARGUMENT)
+    except RunledgerError:
+        raise RunledgerError.for_code(Code.INVALID_ARGUMENT, f"{field} is not a UUID") from None
+
+
+def validate_job_types(values: object) -> list[str]:
+    """A promotion allow-list: an iterable of job type strings (not a bare string)."""
+    if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+        raise RunledgerError.for_code(
+            Code.INVALID_ARGUMENT, "job_types must be an iterable of strings"
+        )
+    result: list[str] = []
+    for value in values:
+        job_type = validate_job_type(value)
+        if job_type not in result:
+            result.append(job_type)
+    return result
