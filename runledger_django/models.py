@@ -13,7 +13,6 @@ import uuid
 
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
 
 from .domain import (
     FK_INTENT_PROMOTED_JOB,
@@ -29,6 +28,10 @@ from .domain import (
 from .errors import Code, RunledgerError
 from .uuid7 import uuid7
 
+# now() is the transaction's start time, the reference's default: one transaction's rows share
+# it, as the promotion UPDATEs do. Django's Now() would give statement_timestamp() instead.
+TRANSACTION_NOW = models.Func(function="now", output_field=models.DateTimeField())
+
 __all__ = ["FK_INTENT_PROMOTED_JOB", "Job", "JobDefinition", "JobEnqueueIntent", "JobEvent"]
 
 
@@ -41,8 +44,8 @@ class JobDefinition(models.Model):
     default_timeout_seconds = models.IntegerField(db_default=900, default=900)
     default_priority = models.IntegerField(db_default=100, default=100)
     is_enabled = models.BooleanField(db_default=True, default=True)
-    created_at = models.DateTimeField(db_default=Now(), editable=False)
-    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+    created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+    updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 
     class Meta:
         db_table = "runledger_job_definitions"
@@ -87,7 +90,7 @@ class Job(models.Model):
     attempt = models.IntegerField(db_default=0, default=0)
     max_attempts = models.IntegerField()
     timeout_seconds = models.IntegerField(db_default=900, default=900)
-    next_run_at = models.DateTimeField(db_default=Now())
+    next_run_at = models.DateTimeField(db_default=TRANSACTION_NOW)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     worker_id = models.TextField(null=True, blank=True)
@@ -104,8 +107,8 @@ class Job(models.Model):
     enqueue_request = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
     execution_resource_key = models.TextField(null=True, blank=True)
-    created_at = models.DateTimeField(db_default=Now(), editable=False)
-    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+    created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+    updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 
     class Meta:
         db_table = "runledger_job_queue"
@@ -175,7 +178,7 @@ class JobEvent(models.Model):
     progress_done = models.BigIntegerField(null=True, blank=True)
     progress_total = models.BigIntegerField(null=True, blank=True)
     payload = models.JSONField(db_default=models.Value({}, models.JSONField()), default=dict)
-    occurred_at = models.DateTimeField(db_default=Now(), editable=False)
+    occurred_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 
     class Meta:
         db_table = "runledger_job_events"
@@ -211,7 +214,7 @@ class JobEnqueueIntent(models.Model):
     enqueue_request = models.JSONField()
     execution_resource_key = models.TextField(null=True, blank=True)
     promotion_attempts = models.IntegerField(db_default=0, default=0)
-    next_promotion_at = models.DateTimeField(db_default=Now())
+    next_promotion_at = models.DateTimeField(db_default=TRANSACTION_NOW)
     last_attempted_at = models.DateTimeField(null=True, blank=True)
     status = models.TextField(
         choices=IntentStatus.choices, db_default=IntentStatus.PENDING, default=IntentStatus.PENDING
@@ -230,8 +233,8 @@ class JobEnqueueIntent(models.Model):
     conflicted_at = models.DateTimeField(null=True, blank=True)
     last_error_code = models.TextField(null=True, blank=True)
     last_error_message = models.TextField(null=True, blank=True)
-    created_at = models.DateTimeField(db_default=Now(), editable=False)
-    updated_at = models.DateTimeField(db_default=Now(), editable=False)
+    created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+    updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 
     class Meta:
         db_table = "runledger_job_enqueue_intents"

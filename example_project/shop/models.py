@@ -6,6 +6,8 @@ from django.db import models
 
 
 class Order(models.Model):
+    reference = models.CharField(max_length=64, unique=True)
+    """The client's checkout reference: a retried checkout finds its order by it."""
     customer_email = models.EmailField()
     total_cents = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
@@ -14,4 +16,4 @@ class Order(models.Model):
         db_table = "shop_orders"
 
     def __str__(self) -> str:
-        return f"Order {self.pk}"
+        return f"Order {self.reference}"

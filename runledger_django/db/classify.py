@@ -46,17 +46,20 @@ def sqlstate_of(exc: BaseException) -> str | None:
 def classify(exc: DatabaseError, context: str) -> RunledgerError:
     """Turn a database error into a RunledgerError; raise it ``from exc`` to keep the source.
 
-    A foreign key that restricts deletion reports 23001 on PostgreSQL 18 and 23503 before it;
-    the constraint name tells the two meanings of 23503 apart.
+    A foreign key that restricts deletion reports 23001 on PostgreSQL 18 and 23503 before it.
+    Both sides of a key name the same constraint, so before 18 the server's message tells a
+    refused delete from a missing referenced row.
     """
     error = driver_error(exc)
     sqlstate = error.sqlstate if error is not None else None
     constraint = error.diag.constraint_name if error is not None else None
-    code = _BY_CONSTRAINT.get(constraint or "")
-    if code is None and sqlstate == "23503" and error is not None:
-        # RESTRICT before PostgreSQL 18: the row being deleted is still referenced.
-        if (error.diag.message_primary or "").startswith(("update or delete", "delete")):
-            code = Code.DB_RELATED_RESOURCE_STILL_REFERENCED
+    code: Code | None
+    if _still_referenced(error):
+        # Checked before the constraint names: a foreign key's name does not say which side
+        # failed, and deleting a used definition is not a missing definition.
+        code = Code.DB_RELATED_RESOURCE_STILL_REFERENCED
+    else:
+        code = _BY_CONSTRAINT.get(constraint or "")
     if code is None:
         code = _BY_SQLSTATE.get(sqlstate or "", Code.DB_QUERY_FAILED)
     detail = error.diag.message_primary if error is not None else None
@@ -65,6 +68,19 @@ def classify(exc: DatabaseError, context: str) -> RunledgerError:
         f"{context}: {detail or type(exc).__name__}",
         sqlstate=sqlstate,
         constraint=constraint,
+    )
+
+
+def _still_referenced(error: psycopg.Error | None) -> bool:
+    """A delete or key update refused because other rows still point at the row."""
+    if error is None:
+        return False
+    if error.sqlstate == "23001":
+        return True
+    # RESTRICT and NO ACTION before PostgreSQL 18 report 23503 from the referenced side.
+    # NOTE: this reads the message text, which assumes English server messages (lc_messages).
+    return error.sqlstate == "23503" and (error.diag.message_primary or "").startswith(
+        "update or delete"
     )
 
 

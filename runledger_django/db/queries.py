@@ -93,10 +93,10 @@ inserted AS (
         next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key
     )
     SELECT %(id)s, %(job_type)s, %(organization_id)s, %(payload)s::jsonb,
-           COALESCE(%(priority)s::integer, definition.default_priority),
-           COALESCE(%(max_attempts)s::integer, definition.max_attempts),
-           COALESCE(%(timeout_seconds)s::integer, definition.default_timeout_seconds),
-           COALESCE(%(next_run_at)s::timestamptz, now()),
+           COALESCE(CAST(%(priority)s AS integer), definition.default_priority),
+           COALESCE(CAST(%(max_attempts)s AS integer), definition.max_attempts),
+           COALESCE(CAST(%(timeout_seconds)s AS integer), definition.default_timeout_seconds),
+           COALESCE(CAST(%(next_run_at)s AS timestamptz), now()),
            %(idempotency_key)s, %(stage)s, %(snapshot)s::jsonb, %(execution_resource_key)s
     FROM definition
 """
@@ -165,8 +165,11 @@ INSERT INTO runledger_job_enqueue_intents (
     next_run_at, idempotency_key, stage, enqueue_request_version, enqueue_request,
     execution_resource_key
 )
-SELECT %(id)s, %(job_type)s, %(organization_id)s, %(payload)s::jsonb, %(priority)s::integer,
-       %(max_attempts)s::integer, %(timeout_seconds)s::integer, %(next_run_at)s::timestamptz,
+-- CAST(... AS integer), not ::integer: Django binds client-side, and "-2147483648::integer"
+-- parses as -(2147483648::integer), which overflows for the smallest priority.
+SELECT %(id)s, %(job_type)s, %(organization_id)s, %(payload)s::jsonb,
+       CAST(%(priority)s AS integer), CAST(%(max_attempts)s AS integer),
+       CAST(%(timeout_seconds)s AS integer), %(next_run_at)s::timestamptz,
        %(idempotency_key)s, %(stage)s, 1, %(snapshot)s::jsonb, %(execution_resource_key)s
 -- Folding the isolation check into the insert saves a round trip; when it fails nothing is
 -- written and the caller runs SHOW transaction_isolation to report it.
@@ -303,8 +306,13 @@ SELECT enqueue_request = %(snapshot)s::jsonb FROM runledger_job_enqueue_intents 
 # rows share-locked as in the single enqueue), write their ENQUEUED events, and mark the intents
 # promoted. Rows whose key already exists insert nothing and go through the per-row path. Only
 # intents whose stored snapshot equals the one rebuilt from their columns are eligible, so
-# drifted rows also fall back to the per-row path, which defers them.
+# drifted rows also fall back to the per-row path, which defers them. Returns one row: how many
+# jobs were inserted and which intents were promoted; the caller undoes the statement when the
+# two disagree (an inserted job must never outlive an intent left PENDING). The tag leads the
+# text because pg_stat_activity keeps only the first 1 kB, and the ids and snapshots Django
+# binds client-side (inlined) push the INSERT past it.
 PROMOTE_BATCH_FAST_PATH: Final[LiteralString] = """
+/* runledger:promote_job_enqueue_intents_batch */
 WITH candidate AS (
     SELECT intent.id AS intent_id, intent.job_type, intent.organization_id, intent.payload,
            intent.priority, intent.max_attempts, intent.timeout_seconds, intent.next_run_at,
@@ -376,7 +384,8 @@ promoted AS (
     WHERE intent.id = c.intent_id AND intent.status = 'PENDING'
     RETURNING intent.id
 )
-SELECT id FROM promoted
+SELECT (SELECT count(*) FROM inserted) AS inserted_count,
+       ARRAY(SELECT id FROM promoted) AS promoted_ids
 """
 
 # Lifecycle transitions; each must touch exactly one PENDING row.

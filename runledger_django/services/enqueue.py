@@ -69,7 +69,9 @@ def enqueue_job(
         for_intent=False,
     )
     connection = connections[using]
-    if connection.in_atomic_block:
+    # With autocommit off (an atomic block, or manual transaction management) the caller owns
+    # the transaction: join it, never commit it.
+    if connection.in_atomic_block or not connection.get_autocommit():
         with connection.cursor() as cursor:
             return enqueue_in_transaction(cursor, request, check_isolation=True)
 

@@ -17,9 +17,11 @@ from ..errors import Code, RunledgerError
 from ..models import JobEnqueueIntent
 from ..uuid7 import uuid7
 from ..validation import (
+    is_blank,
     prepare_enqueue,
     validate_page,
     validate_search_text,
+    validate_stage,
     validate_status_filter,
     validate_uuid_argument,
 )
@@ -44,9 +46,10 @@ def record_intent(
 ) -> IntentOutcome:
     """Record a durable, strictly idempotent request to enqueue one job later.
 
-    Transaction: inside an atomic block it joins the caller's transaction (which must be READ
-    COMMITTED) and commits nothing; the intent then commits or rolls back with the caller's
-    work. Outside one it runs in its own READ COMMITTED transaction.
+    Transaction: inside an atomic block (or with autocommit turned off) it joins the caller's
+    transaction (which must be READ COMMITTED) and commits nothing; the intent then commits or
+    rolls back with the caller's work. Outside one it runs in its own READ COMMITTED
+    transaction.
 
     Record the intent before anything in the same transaction that can lock a job row: queue
     retention locks intents before jobs, and a job-first recorder can deadlock against it.
@@ -82,7 +85,9 @@ def record_intent(
         for_intent=True,
     )
     connection = connections[using]
-    if connection.in_atomic_block:
+    # With autocommit off (an atomic block, or Django's manual transaction management) the
+    # caller owns the transaction: join it, never commit it.
+    if connection.in_atomic_block or not connection.get_autocommit():
         with connection.cursor() as cursor:
             return record_in_transaction(cursor, request)
 
@@ -193,23 +198,34 @@ def decode_outcome_status(status: str, promoted_job_id: uuid.UUID | None) -> Int
 
 
 def _scoped(scope: ReadScope, using: str) -> QuerySet[JobEnqueueIntent]:
-    if not isinstance(scope, ReadScope):
-        raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a ReadScope")
+    """The rows ``scope`` selects. Fails closed: a hand-built scope with an unknown kind, or an
+    organization scope without a tenant, is refused rather than read as admin or global."""
     rows = JobEnqueueIntent.objects.using(using)
-    if scope.kind == "organization":
-        return rows.filter(organization_id=scope.organization_id)
-    if scope.kind == "global":
-        return rows.filter(organization_id__isnull=True)
-    return rows
+    if isinstance(scope, ReadScope):
+        if scope.kind == "organization" and isinstance(scope.organization_id, uuid.UUID):
+            return rows.filter(organization_id=scope.organization_id)
+        if scope.kind == "global" and scope.organization_id is None:
+            return rows.filter(organization_id__isnull=True)
+        if scope.kind == "admin" and scope.organization_id is None:
+            return rows
+    raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a valid ReadScope")
 
 
 def _checked(intent: JobEnqueueIntent) -> JobEnqueueIntent:
-    """Refuse a row whose lifecycle, stage or type cannot have been written by this library."""
-    from ..validation import validate_job_type, validate_stage
+    """Refuse a row whose lifecycle, stage or type cannot be decoded (reference 5).
 
+    Only what makes a row meaningless is refused: a blank type, an unknown stage. Limits that
+    guard new requests (such as the job type's byte length) are not applied to stored rows: a
+    read must not fail with a validation error its caller cannot fix.
+    """
     intent.state  # noqa: B018  (decodes or raises job.intent_invalid_persisted_row)
     validate_stage(intent.stage, persisted_row=True)
-    validate_job_type(intent.job_type, persisted_row=True)
+    if is_blank(intent.job_type):
+        raise RunledgerError.for_code(
+            Code.INVALID_JOB_TYPE,
+            "persisted job enqueue intent job_type is blank",
+            persisted_row=True,
+        )
     return intent
 
 

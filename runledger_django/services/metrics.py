@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.db import connections
 
 from ..db import queries
@@ -33,14 +35,7 @@ def intent_metrics(
     """
     page = validate_page(limit, offset)
     exact_type = validate_search_text(job_type, "job_type")
-    if not isinstance(scope, ReadScope):
-        raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a ReadScope")
-    if scope.kind == "organization":
-        sql = queries.INTENT_METRICS_ORG
-    elif scope.kind == "global":
-        sql = queries.INTENT_METRICS_GLOBAL
-    else:
-        sql = queries.INTENT_METRICS_ADMIN
+    sql = _metrics_sql(scope)
     params = {
         "organization_id": scope.organization_id,
         "job_type": exact_type,
@@ -61,3 +56,16 @@ def intent_metrics(
         )
         for row in rows
     ]
+
+
+def _metrics_sql(scope: object) -> str:
+    """The statement for ``scope``. Fails closed: a hand-built scope with an unknown kind, or an
+    organization scope without a tenant, is refused rather than read as admin."""
+    if isinstance(scope, ReadScope):
+        if scope.kind == "organization" and isinstance(scope.organization_id, uuid.UUID):
+            return queries.INTENT_METRICS_ORG
+        if scope.kind == "global" and scope.organization_id is None:
+            return queries.INTENT_METRICS_GLOBAL
+        if scope.kind == "admin" and scope.organization_id is None:
+            return queries.INTENT_METRICS_ADMIN
+    raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a valid ReadScope")

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from django.db import DatabaseError, close_old_connections, connections, transaction
 from django.db.backends.utils import CursorWrapper
@@ -42,6 +42,7 @@ from ..validation import (
     validate_page,
     validate_stage,
 )
+from ._owned import commit_unconfirmed
 from .enqueue import DefinitionUnavailable, EnqueueConflict, Enqueued, enqueue_from_intent
 
 logger = logging.getLogger(__name__)
@@ -63,6 +64,31 @@ TERMINAL_CODES = frozenset(
     }
 )
 """Intrinsically invalid persisted requests; every other failure retries, so no work is lost."""
+
+BATCH_FATAL_CODES = frozenset(
+    {Code.DB_TRANSACTION_COMMIT_UNCONFIRMED, Code.INTENT_PROMOTION_BUDGET_EXHAUSTED}
+)
+"""Failures of the pass itself, never of one row."""
+
+FailureAction = Literal["conflicted", "retry_deferred", "propagate"]
+
+
+def failure_action(error: RunledgerError) -> FailureAction:
+    """What a failed candidate does (reference 4.4 step 9d).
+
+    Errors that leave no usable session or transaction (lost connection, shutdown,
+    transaction_timeout, anything that is not a database error) abort the whole pass; the four
+    intrinsically invalid persisted-row codes conflict the intent; everything else, including
+    codes this version does not know, defers it.
+    """
+    cause = error.__cause__
+    if error.code in BATCH_FATAL_CODES:
+        return "propagate"
+    if cause is not None and (not isinstance(cause, DatabaseError) or is_session_fatal(cause)):
+        return "propagate"
+    if error.code in TERMINAL_CODES:
+        return "conflicted"
+    return "retry_deferred"
 
 
 def promote_intents(
@@ -118,6 +144,9 @@ def server_has_transaction_timeout(using: str) -> bool:
     return has_transaction_timeout(using)
 
 
+_SAVEPOINT_CONTROL = ("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT")
+
+
 @dataclass
 class _Budget:
     """The 25 s pass budget kept by the client where transaction_timeout does not exist."""
@@ -137,6 +166,12 @@ class _Budget:
         context: dict[str, Any],
     ) -> Any:
         """Django execute wrapper: re-cap statement_timeout to what is left of the budget."""
+        if sql.lstrip().upper().startswith(_SAVEPOINT_CONTROL):
+            # NOTE: savepoint control passes untouched, even past the deadline: rolling back to
+            # a savepoint is how a failed row unwinds, and after the failure the transaction
+            # rejects every other statement (a re-cap would fail with 25P02 and leave the
+            # transaction broken, so one bad row would abort the pass).
+            return execute_next(sql, params, many, context)
         now = time.monotonic()
         if now >= self.deadline:
             raise _budget_exhausted("client-side promotion budget spent before a statement")
@@ -149,6 +184,10 @@ class _Budget:
 
 def _budget_exhausted(detail: str) -> RunledgerError:
     return RunledgerError.for_code(Code.INTENT_PROMOTION_BUDGET_EXHAUSTED, detail)
+
+
+class _FastPathMismatchError(Exception):
+    """The set-based statement inserted jobs it could not link; roll its savepoint back."""
 
 
 @dataclass
@@ -192,11 +231,19 @@ class _Pass:
         server_side = server_has_transaction_timeout(self.using)
         if not server_side:
             self.budget = _Budget(deadline=time.monotonic() + TRANSACTION_BUDGET_MS / 1000)
+        body_done = False
         try:
-            with self._budget_wrapper(), owned_read_committed(self.using) as cursor:
+            # The budget wrapper starts after SET TRANSACTION, which must come first.
+            with owned_read_committed(self.using) as cursor, self._budget_wrapper():
                 self._critical_section(cursor, server_side)
+                body_done = True
         except DatabaseError as exc:
-            failure = self._pass_failure(classify(exc, "promote job enqueue intents"))
+            if body_done:
+                # Only COMMIT is left: whether the pass's work landed is unknown (a retry is
+                # safe, promotion is idempotent).
+                failure = commit_unconfirmed("promote job enqueue intents", exc)
+            else:
+                failure = self._pass_failure(classify(exc, "promote job enqueue intents"))
             self._after_failure(failure, exc)
             raise failure from exc
         except RunledgerError as error:
@@ -230,6 +277,8 @@ class _Pass:
     def _pass_failure(self, error: RunledgerError) -> RunledgerError:
         """A pass killed by transaction_timeout (25P04) or by the client-side budget's
         statement cap (57014 once the budget is spent) reports the exhausted budget."""
+        if error.code == Code.INTENT_PROMOTION_BUDGET_EXHAUSTED:
+            return error
         if error.sqlstate == "25P04" or (
             self.budget is not None and self.budget.expired() and error.sqlstate == "57014"
         ):
@@ -280,25 +329,36 @@ class _Pass:
         }
         try:
             with transaction.atomic(using=self.using):
-                rows = execute(
+                row = execute(
                     cursor,
                     queries.PROMOTE_BATCH_FAST_PATH,
                     params,
                     context="promote job enqueue intents",
-                ).fetchall()
+                ).fetchone()
+                inserted_count, promoted_ids = row if row else (0, [])
+                if inserted_count != len(promoted_ids):
+                    # A job without its promoted intent (say a trigger skipped the update):
+                    # undo the batch so the per-row path rolls back each failing row's job.
+                    raise _FastPathMismatchError
+        except _FastPathMismatchError:
+            return
         except RunledgerError as error:
             self._propagate_if_fatal(error)
             return  # every row goes through the per-row path, which isolates the culprit
-        promoted = {row[0] for row in rows}
+        promoted = set(promoted_ids)
         self.counts.promoted |= promoted
         self.counts.inserted_jobs += len(promoted)
 
-    def _propagate_if_fatal(self, error: RunledgerError) -> None:
+    def _propagate_if_fatal(self, error: RunledgerError) -> FailureAction:
         cause = error.__cause__
         if self.budget is not None and self.budget.expired():
-            raise _budget_exhausted("promotion pass exceeded its 25 s budget") from cause
-        if cause is not None and (not isinstance(cause, DatabaseError) or is_session_fatal(cause)):
+            exhausted = _budget_exhausted("promotion pass exceeded its 25 s budget")
+            exhausted.sqlstate = error.sqlstate
+            raise exhausted from cause
+        action = failure_action(error)
+        if action == "propagate":
             raise error
+        return action
 
     def _promote_one(self, cursor: CursorWrapper, candidate: _Candidate) -> None:
         try:
@@ -315,8 +375,7 @@ class _Pass:
                         {"id": candidate.intent_id, "job_id": resolution.outcome.job_id},
                     )
         except RunledgerError as error:
-            self._propagate_if_fatal(error)
-            if error.code in TERMINAL_CODES:
+            if self._propagate_if_fatal(error) == "conflicted":
                 self._mark_conflicted(cursor, candidate.intent_id, error.code, error)
             else:
                 self._mark_deferred(cursor, candidate.intent_id, error)

@@ -1,0 +1,1 @@
+"""A benchmark-only app: the plain ORM row that record_intent is measured against."""

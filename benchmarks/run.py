@@ -1,0 +1,236 @@
+"""Run the benchmarks and print a table; the JSON goes to benchmarks/results/<timestamp>.json.
+
+    python3 dev.py bench                 # every shape, default sizes (a few minutes)
+    python3 dev.py bench --quick         # a smoke run with small sizes
+    python3 dev.py bench --only a,c      # some shapes
+    python3 dev.py bench --profile       # also write a pyinstrument profile per shape
+    python3 dev.py bench --prototype     # also measure the proposed changes (prototypes.py)
+
+The server is the embedded PostgreSQL 18, or DATABASE_URL's. The run drops and recreates its
+own database there (``runledger_bench``, or RUNLEDGER_BENCH_DB), migrates it, and drops it at
+the end unless ``--keep-db``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SHAPES = {
+    "a": ("record_intent vs ORM create, one row per transaction", "benchmarks.shape_a"),
+    "b": ("1,000 rows in one transaction", "benchmarks.shape_b"),
+    "c": ("draining 20,000 pending intents", "benchmarks.shape_c"),
+    "d": ("metrics and list at one million intents", "benchmarks.shape_d"),
+    "e": ("admin changelist at one million intents", "benchmarks.shape_e"),
+    "f": ("peers: django-tasks-db and Procrastinate", "benchmarks.shape_f"),
+}
+PACKAGES = ["Django", "psycopg", "django-tasks", "django-tasks-db", "procrastinate"]
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
+    parser.add_argument(
+        "--only", default="", help="comma-separated shapes to run (a-f); default: all"
+    )
+    parser.add_argument("--keep-db", action="store_true", help="keep the benchmark database")
+    parser.add_argument("--profile", action="store_true", help="pyinstrument profile per shape")
+    parser.add_argument(
+        "--prototype",
+        action="store_true",
+        help="also measure the proposed library changes in benchmarks/prototypes.py",
+    )
+    parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
+    args = parser.parse_args(argv)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SHAPES)
+    unknown = [s for s in chosen if s not in SHAPES]
+    if unknown:
+        parser.error(f"unknown shapes: {', '.join(unknown)} (choose from {', '.join(SHAPES)})")
+    args.shapes = [s for s in SHAPES if s in chosen]
+    return args
+
+
+def _connect_args(server: dict[str, Any], dbname: str) -> dict[str, Any]:
+    kwargs = {
+        "dbname": dbname,
+        "user": server.get("USER") or None,
+        "password": server.get("PASSWORD") or None,
+        "host": server.get("HOST") or None,
+        "port": server.get("PORT") or None,
+    }
+    return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def recreate_database(
+    server: dict[str, Any], maintenance: str, name: str, *, drop_only: bool = False
+) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(**_connect_args(server, maintenance), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+        )
+        if not drop_only:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+
+
+def _package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def _server_label() -> str:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        return "embedded"
+    host = url.split("@")[-1]  # never print credentials
+    return f"DATABASE_URL {host}"
+
+
+def print_table(rows: list[Any]) -> None:
+    from .common import fmt_value
+
+    headers = ("shape", "measurement", "value", "target", "")
+    lines = [
+        (
+            row.shape,
+            row.name,
+            fmt_value(row.value, row.unit),
+            row.target,
+            "" if row.ok is None else ("ok" if row.ok else "MISSED"),
+        )
+        for row in rows
+    ]
+    widths = [
+        max(len(str(cell)) for cell in column) for column in zip(headers, *lines, strict=False)
+    ]
+
+    def fmt(cells: tuple[str, ...]) -> str:
+        return "  ".join(
+            (cell.rjust(width) if index == 2 else cell.ljust(width))
+            for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    print(fmt(headers))
+    print("  ".join("-" * width for width in widths))
+    previous = None
+    for row, line in zip(rows, lines, strict=True):
+        if previous is not None and row.shape != previous:
+            print()
+        previous = row.shape
+        print(fmt(line))
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    os.environ["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    from benchmarks import settings as bench_settings
+
+    server = dict(bench_settings.DATABASES["default"])
+    maintenance = bench_settings.MAINTENANCE_DB_NAME
+    name = bench_settings.BENCH_DB_NAME
+    # Promoter processes inherit the resolved server instead of starting their own handle.
+    os.environ["RUNLEDGER_BENCH_DATABASE"] = json.dumps(
+        {key: value for key, value in server.items() if key != "NAME"}
+        | {"NAME": maintenance, "MAINTENANCE_NAME": maintenance}
+    )
+    from .common import progress
+
+    progress(f"recreating database {name} on the {_server_label()} server")
+    recreate_database(server, maintenance, name)
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, connections
+
+    call_command("migrate", verbosity=0, interactive=False)
+    connection.ensure_connection()
+    server_version = int(connection.pg_version)  # type: ignore[attr-defined]
+
+    from .common import Context, Row
+
+    ctx = Context(quick=args.quick, server_version=server_version, prototype=args.prototype)
+    started = dt.datetime.now(dt.UTC)
+    failed = False
+    for shape in args.shapes:
+        title, module_name = SHAPES[shape]
+        progress(f"shape ({shape}): {title}")
+        module = importlib.import_module(module_name)
+        profiler: Any = None
+        if args.profile:
+            profiler = importlib.import_module("pyinstrument").Profiler()
+            profiler.start()
+        shape_started = time.monotonic()
+        try:
+            module.run(ctx)
+        except Exception as error:  # report it and go on with the other shapes
+            failed = True
+            traceback.print_exc()
+            ctx.add(Row(shape, f"FAILED: {type(error).__name__}: {error}"[:160], 0, "ms", ok=False))
+        finally:
+            if profiler is not None:
+                profiler.stop()
+                RESULTS_DIR.mkdir(exist_ok=True)
+                out = RESULTS_DIR / f"profile-{shape}-{started:%Y%m%dT%H%M%S}.txt"
+                out.write_text(profiler.output_text(unicode=False, color=False, show_all=False))
+                progress(f"profile written to {out}")
+        progress(f"shape ({shape}) took {time.monotonic() - shape_started:.0f}s")
+
+    finished = dt.datetime.now(dt.UTC)
+    header = (
+        f"runledger_django benchmarks: PostgreSQL {server_version // 10000}.{server_version % 10000}"
+        f" ({_server_label()}), Python {platform.python_version()},"
+        f" Django {django.get_version()}, {os.cpu_count()} CPUs"
+        + (", --quick" if args.quick else "")
+    )
+    print()
+    print(header)
+    print()
+    print_table(ctx.rows)
+    document = {
+        "started_at": started.isoformat(),
+        "finished_at": finished.isoformat(),
+        "argv": argv,
+        "quick": args.quick,
+        "shapes": args.shapes,
+        "server": {"version_num": server_version, "where": _server_label()},
+        "python": platform.python_version(),
+        "packages": _package_versions(),
+        "cpus": os.cpu_count(),
+        "rows": [row.to_dict() for row in ctx.rows],
+    }
+    output = args.output or RESULTS_DIR / (
+        f"{started:%Y%m%dT%H%M%SZ}-pg{server_version // 10000}.json"
+    )
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    print(f"\nJSON: {output}")
+    connections.close_all()
+    if not args.keep_db:
+        recreate_database(server, maintenance, name, drop_only=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,490 @@
+"""The Django admin through the test client: permissions, browsing, links, metrics, query cost.
+
+Tests that need promoted or conflicted intents use ``django_db(transaction=True)``: promotion
+owns its transaction and refuses to run inside the test's atomic block. The rest roll back.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+from pytest_django import DjangoAssertNumQueries
+
+from runledger_django import enqueue_job, promote_intents, record_intent
+from runledger_django.admin import BoundedCountPaginator, JobEnqueueIntentAdmin
+from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from tests.conftest import TEST_JOB_TYPE
+
+pytestmark = pytest.mark.django_db
+
+OTHER_JOB_TYPE = "jobs.test.undefined"
+ORG = uuid.UUID("0190d3f0-0000-7000-8000-0000000000aa")
+INTENTS_URL = reverse("admin:runledger_jobenqueueintent_changelist")
+METRICS_URL = reverse("admin:runledger_intent_metrics")
+JOBS_URL = reverse("admin:runledger_job_changelist")
+DEFINITIONS_URL = reverse("admin:runledger_jobdefinition_changelist")
+APP_URL = reverse("admin:app_list", kwargs={"app_label": "runledger"})
+
+MakeDefinition = Callable[..., JobDefinition]
+StaffClient = Callable[..., Client]
+
+
+def intent_url(intent_id: uuid.UUID) -> str:
+    return reverse("admin:runledger_jobenqueueintent_change", args=(intent_id,))
+
+
+def job_url(job_id: uuid.UUID) -> str:
+    return reverse("admin:runledger_job_change", args=(job_id,))
+
+
+def listed_ids(response: Any) -> list[uuid.UUID]:
+    return [row.id for row in response.context["cl"].result_list]
+
+
+def record(count: int, *, job_type: str = TEST_JOB_TYPE, **kwargs: Any) -> list[uuid.UUID]:
+    return [
+        record_intent(job_type, {"n": n}, idempotency_key=f"key-{n}", **kwargs).intent_id
+        for n in range(count)
+    ]
+
+
+@pytest.fixture
+def staff_client(client: Client) -> StaffClient:
+    """Log in a staff user holding exactly the given runledger permission codenames."""
+
+    def login(*codenames: str) -> Client:
+        user = User.objects.create_user("staff", is_staff=True)
+        permissions = Permission.objects.filter(
+            content_type__app_label="runledger", codename__in=codenames
+        )
+        assert permissions.count() == len(codenames)
+        user.user_permissions.add(*permissions)
+        client.force_login(user)
+        return client
+
+    return login
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    pending: uuid.UUID
+    promoted: uuid.UUID
+    conflicted: uuid.UUID
+    job: uuid.UUID
+
+
+@pytest.fixture
+def lifecycle(make_definition: MakeDefinition) -> Lifecycle:
+    """One intent in each state, made by real promotion (needs a transactional test)."""
+    make_definition()
+    enqueue_job(TEST_JOB_TYPE, {"other": "request"}, idempotency_key="taken")
+    conflicted = record_intent(TEST_JOB_TYPE, {"n": 1}, idempotency_key="taken").intent_id
+    promoted = record_intent(TEST_JOB_TYPE, {"n": 2}, idempotency_key="fresh").intent_id
+    pending = record_intent(OTHER_JOB_TYPE, {"n": 3}, idempotency_key="waiting").intent_id
+    report = promote_intents([TEST_JOB_TYPE])
+    assert (report.inserted_jobs, report.conflicted) == (1, 1)
+    job = JobEnqueueIntent.objects.get(id=promoted).promoted_job_id
+    assert job is not None
+    return Lifecycle(pending=pending, promoted=promoted, conflicted=conflicted, job=job)
+
+
+# --- permissions ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url", [INTENTS_URL, METRICS_URL, JOBS_URL, DEFINITIONS_URL], ids=lambda u: u.split("/")[-2]
+)
+def test_admin__anonymous__redirected_to_login(client: Client, url: str) -> None:
+    response = client.get(url)
+
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('admin:login')}?next={url}"
+
+
+def test_admin__staff_without_intent_permission__forbidden(staff_client: StaffClient) -> None:
+    client = staff_client("view_jobdefinition")
+    [intent_id] = record(1)
+
+    assert client.get(INTENTS_URL).status_code == 403
+    assert client.get(intent_url(intent_id)).status_code == 403
+    assert client.get(METRICS_URL).status_code == 403
+    app_index = client.get(APP_URL)
+    assert app_index.status_code == 200
+    assert b"runledger-intent-metrics-link" not in app_index.content
+
+
+def test_admin__view_only_staff__sees_intents_but_cannot_change_them(
+    staff_client: StaffClient,
+) -> None:
+    client = staff_client("view_jobenqueueintent")
+    [intent_id] = record(1)
+
+    assert listed_ids(client.get(INTENTS_URL)) == [intent_id]
+    detail = client.get(intent_url(intent_id))
+    assert detail.status_code == 200
+    assert b'name="_save"' not in detail.content
+    assert client.post(intent_url(intent_id), {"job_type": "changed"}).status_code == 403
+    assert client.get(reverse("admin:runledger_jobenqueueintent_add")).status_code == 403
+    delete_url = reverse("admin:runledger_jobenqueueintent_delete", args=(intent_id,))
+    assert client.post(delete_url, {"post": "yes"}).status_code == 403
+    assert JobEnqueueIntent.objects.values_list("job_type", flat=True).get() == TEST_JOB_TYPE
+    assert client.get(METRICS_URL).status_code == 200
+    assert b'id="runledger-intent-metrics-link"' in client.get(APP_URL).content
+
+
+def test_admin__superuser_with_every_permission__still_cannot_write_intents_or_jobs(
+    admin_client: Client, make_definition: MakeDefinition
+) -> None:
+    make_definition()
+    [intent_id] = record(1)
+    job_id = enqueue_job(TEST_JOB_TYPE, {}).job_id
+
+    assert admin_client.get(reverse("admin:runledger_jobenqueueintent_add")).status_code == 403
+    assert admin_client.get(reverse("admin:runledger_job_add")).status_code == 403
+    assert b'name="_save"' not in admin_client.get(intent_url(intent_id)).content
+    assert b'name="_save"' not in admin_client.get(job_url(job_id)).content
+    assert admin_client.post(job_url(job_id), {"status": "CANCELED"}).status_code == 403
+
+
+# --- intent changelist -------------------------------------------------------------------------
+
+
+def test_intent_changelist__superuser__newest_first_with_index_links(
+    admin_client: Client,
+) -> None:
+    ids = record(3)
+
+    response = admin_client.get(INTENTS_URL)
+
+    assert response.status_code == 200
+    assert listed_ids(response) == ids[::-1]
+    assert f'href="{intent_url(ids[0])}"'.encode() in response.content
+    assert f'id="runledger-intent-metrics-link" href="{METRICS_URL}"'.encode() in response.content
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("status", ["PENDING", "PROMOTED", "CONFLICTED"])
+def test_intent_changelist__status_filter__only_that_status(
+    admin_client: Client, lifecycle: Lifecycle, status: str
+) -> None:
+    response = admin_client.get(INTENTS_URL, {"status__exact": status})
+
+    expected = {
+        "PENDING": lifecycle.pending,
+        "PROMOTED": lifecycle.promoted,
+        "CONFLICTED": lifecycle.conflicted,
+    }[status]
+    assert listed_ids(response) == [expected]
+
+
+def test_intent_changelist__job_type_filter__choices_from_definitions(
+    admin_client: Client,
+    make_definition: MakeDefinition,
+    django_assert_max_num_queries: DjangoAssertNumQueries,
+) -> None:
+    make_definition()
+    defined = record(2)
+    undefined = record(1, job_type=OTHER_JOB_TYPE)
+
+    with django_assert_max_num_queries(10) as captured:
+        response = admin_client.get(INTENTS_URL, {"job_type": TEST_JOB_TYPE})
+
+    assert listed_ids(response) == defined[::-1]
+    [job_type_filter] = [
+        spec for spec in response.context["cl"].filter_specs if spec.title == "job type"
+    ]
+    assert job_type_filter.lookup_choices == [(TEST_JOB_TYPE, TEST_JOB_TYPE)]
+    assert not [q["sql"] for q in captured.captured_queries if "DISTINCT" in q["sql"].upper()]
+    typed_in = admin_client.get(INTENTS_URL, {"job_type": OTHER_JOB_TYPE})
+    assert listed_ids(typed_in) == undefined
+    [typed_filter] = [s for s in typed_in.context["cl"].filter_specs if s.title == "job type"]
+    assert typed_filter.lookup_choices == [
+        (TEST_JOB_TYPE, TEST_JOB_TYPE),
+        (OTHER_JOB_TYPE, OTHER_JOB_TYPE),
+    ]
+
+
+def test_intent_changelist__search__exact_key_or_exact_id(admin_client: Client) -> None:
+    ids = record(3)
+    uuid_key = str(uuid.uuid4())
+    [keyed_by_uuid] = [record_intent(TEST_JOB_TYPE, {}, idempotency_key=uuid_key).intent_id]
+
+    assert listed_ids(admin_client.get(INTENTS_URL, {"q": "key-1"})) == [ids[1]]
+    assert listed_ids(admin_client.get(INTENTS_URL, {"q": " key-1 "})) == [ids[1]]
+    assert listed_ids(admin_client.get(INTENTS_URL, {"q": "key"})) == []
+    assert listed_ids(admin_client.get(INTENTS_URL, {"q": "KEY-1"})) == []
+    assert listed_ids(admin_client.get(INTENTS_URL, {"q": str(ids[2])})) == [ids[2]]
+    assert listed_ids(admin_client.get(INTENTS_URL, {"q": uuid_key})) == [keyed_by_uuid]
+
+
+def test_intent_changelist__queries__few_and_no_unbounded_count(
+    admin_client: Client,
+    make_definition: MakeDefinition,
+    django_assert_max_num_queries: DjangoAssertNumQueries,
+) -> None:
+    make_definition()
+    record(30)
+    record(5, job_type=OTHER_JOB_TYPE, organization_id=ORG)
+
+    for params in ({}, {"status__exact": "PENDING", "job_type": TEST_JOB_TYPE}, {"q": "key-3"}):
+        with django_assert_max_num_queries(6) as captured:
+            response = admin_client.get(INTENTS_URL, params)
+        assert response.status_code == 200
+        counts = [
+            q["sql"]
+            for q in captured.captured_queries
+            if "COUNT(" in q["sql"].upper() and "runledger_job_enqueue_intents" in q["sql"]
+        ]
+        assert counts, "the changelist counts its rows, boundedly"
+        assert all(re.search(r"\bLIMIT 10001\b", sql) for sql in counts), counts
+
+
+def test_intent_changelist__more_rows_than_the_count_bound__capped_and_paged(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(BoundedCountPaginator, "count_bound", 5)
+    monkeypatch.setattr(JobEnqueueIntentAdmin, "list_per_page", 2)
+    ids = record(7)
+
+    response = admin_client.get(INTENTS_URL)
+
+    cl = response.context["cl"]
+    assert (cl.result_count, cl.paginator.num_pages, cl.paginator.count_is_capped) == (5, 3, True)
+    assert listed_ids(response) == ids[::-1][:2]
+    assert b"runledger-count-capped" in response.content
+    assert listed_ids(admin_client.get(INTENTS_URL, {"p": "3"})) == [ids[2]]
+
+
+# --- intent detail and job pages ---------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_intent_change__promoted__links_to_its_job_page(
+    admin_client: Client, lifecycle: Lifecycle
+) -> None:
+    detail = admin_client.get(intent_url(lifecycle.promoted))
+
+    link = f'<a class="runledger-promoted-job-link" href="{job_url(lifecycle.job)}">{lifecycle.job}</a>'
+    assert link.encode() in detail.content
+    assert b"promoted" in detail.content
+    job_page = admin_client.get(job_url(lifecycle.job))
+    assert job_page.status_code == 200
+    assert b"ENQUEUED" in job_page.content  # the events inline
+    back = f'href="{INTENTS_URL}?promoted_job={lifecycle.job}"'
+    assert back.encode() in job_page.content
+    assert listed_ids(admin_client.get(INTENTS_URL, {"promoted_job": str(lifecycle.job)})) == [
+        lifecycle.promoted
+    ]
+    changelist = admin_client.get(INTENTS_URL, {"status__exact": "PROMOTED"})
+    assert link.encode() in changelist.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_intent_change__conflicted__shows_sanitized_error_and_canonical_request(
+    admin_client: Client, lifecycle: Lifecycle
+) -> None:
+    intent = JobEnqueueIntent.objects.get(id=lifecycle.conflicted)
+
+    content = admin_client.get(intent_url(lifecycle.conflicted)).content.decode()
+
+    assert intent.last_error_code == "job.idempotency_conflict"
+    assert intent.last_error_message
+    assert "job.idempotency_conflict" in content
+    assert intent.last_error_message.replace("'", "&#x27;") in content
+    assert "conflicted" in content
+    assert 'class="runledger-canonical-request"' in content
+    assert "&quot;payload&quot;: {\n    &quot;n&quot;: 1\n  }" in content
+    assert "runledger-promoted-job-link" not in content
+
+
+def test_intent_change__unknown_id__redirects_to_changelist(admin_client: Client) -> None:
+    response = admin_client.get(intent_url(uuid.uuid4()))
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("admin:index")
+
+
+def test_job_changelist__superuser__lists_with_filters(
+    admin_client: Client, make_definition: MakeDefinition
+) -> None:
+    make_definition()
+    job_id = enqueue_job(TEST_JOB_TYPE, {"x": 1}, idempotency_key="job-key").job_id
+
+    assert listed_ids(admin_client.get(JOBS_URL)) == [job_id]
+    assert listed_ids(admin_client.get(JOBS_URL, {"status__exact": "PENDING"})) == [job_id]
+    assert listed_ids(admin_client.get(JOBS_URL, {"status__exact": "LEASED"})) == []
+    assert listed_ids(admin_client.get(JOBS_URL, {"job_type": TEST_JOB_TYPE})) == [job_id]
+    assert listed_ids(admin_client.get(JOBS_URL, {"q": "job-key"})) == [job_id]
+    assert listed_ids(admin_client.get(JOBS_URL, {"q": str(job_id)})) == [job_id]
+
+
+# --- job definitions ---------------------------------------------------------------------------
+
+
+def test_job_definition_changelist__toggle_is_enabled__saved(
+    admin_client: Client, make_definition: MakeDefinition
+) -> None:
+    make_definition()
+    form = {
+        "form-TOTAL_FORMS": "1",
+        "form-INITIAL_FORMS": "1",
+        "form-MIN_NUM_FORMS": "0",
+        "form-MAX_NUM_FORMS": "1000",
+        "form-0-job_type": TEST_JOB_TYPE,
+        "_save": "Save",
+    }  # is_enabled unchecked
+
+    response = admin_client.post(DEFINITIONS_URL, form)
+
+    assert response.status_code == 302
+    assert JobDefinition.objects.get().is_enabled is False
+    admin_client.post(DEFINITIONS_URL, {**form, "form-0-is_enabled": "on"})
+    assert JobDefinition.objects.get().is_enabled is True
+
+
+def test_job_definition_change__defaults_editable_job_type_not(
+    admin_client: Client, make_definition: MakeDefinition
+) -> None:
+    make_definition()
+    url = reverse("admin:runledger_jobdefinition_change", args=(TEST_JOB_TYPE,))
+    data = {
+        "job_type": "renamed",
+        "is_enabled": "",
+        "max_attempts": "5",
+        "default_timeout_seconds": "30",
+        "default_priority": "7",
+        "version": "2",
+    }
+
+    response = admin_client.post(url, data)
+
+    assert response.status_code == 302
+    assert list(JobDefinition.objects.values()) == [
+        {
+            **JobDefinition.objects.values().get(),
+            "job_type": TEST_JOB_TYPE,
+            "is_enabled": False,
+            "max_attempts": 5,
+            "default_timeout_seconds": 30,
+            "default_priority": 7,
+            "version": 2,
+        }
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("job_type", "   "),
+        ("max_attempts", "0"),
+        ("default_timeout_seconds", "-1"),
+        ("version", "0"),
+    ],
+)
+def test_job_definition_add__invalid_value__form_error(
+    admin_client: Client, field: str, value: str
+) -> None:
+    data = {
+        "job_type": "jobs.new",
+        "is_enabled": "on",
+        "max_attempts": "3",
+        "default_timeout_seconds": "60",
+        "default_priority": "100",
+        "version": "1",
+        field: value,
+    }
+
+    response = admin_client.post(reverse("admin:runledger_jobdefinition_add"), data)
+
+    assert response.status_code == 200
+    assert field in response.context["adminform"].form.errors
+    assert not JobDefinition.objects.exists()
+
+
+def test_job_definition_delete__referenced_by_jobs__forbidden(
+    admin_client: Client, make_definition: MakeDefinition
+) -> None:
+    make_definition()
+    make_definition(OTHER_JOB_TYPE)
+    enqueue_job(TEST_JOB_TYPE, {})
+
+    used = reverse("admin:runledger_jobdefinition_delete", args=(TEST_JOB_TYPE,))
+    unused = reverse("admin:runledger_jobdefinition_delete", args=(OTHER_JOB_TYPE,))
+    assert admin_client.post(used, {"post": "yes"}).status_code == 403
+    assert admin_client.post(unused, {"post": "yes"}).status_code == 302
+    assert list(JobDefinition.objects.values_list("job_type", flat=True)) == [TEST_JOB_TYPE]
+    assert Job.objects.count() == 1
+
+
+# --- metrics page ------------------------------------------------------------------------------
+
+
+def metrics_cells(response: Any) -> dict[str, dict[str, Any]]:
+    return {row.job_type: row.to_dict() for row in response.context["rows"]}
+
+
+def test_intent_metrics_page__reachable_from_the_admin(admin_client: Client) -> None:
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    app_index = admin_client.get(APP_URL).content.decode()
+
+    assert f'href="{APP_URL}"' in index
+    assert f'<a id="runledger-intent-metrics-link" href="{METRICS_URL}">Intent metrics</a>' in (
+        app_index
+    )
+
+
+def test_intent_metrics_page__pending_counts_per_scope(admin_client: Client) -> None:
+    record(2)
+    record(3, job_type=OTHER_JOB_TYPE, organization_id=ORG)
+
+    every = admin_client.get(METRICS_URL)
+    only_global = admin_client.get(METRICS_URL, {"scope": "global"})
+    only_org = admin_client.get(METRICS_URL, {"scope": "organization", "organization": str(ORG)})
+
+    assert every.status_code == 200
+    assert {k: v["pending_count"] for k, v in metrics_cells(every).items()} == {
+        TEST_JOB_TYPE: 2,
+        OTHER_JOB_TYPE: 3,
+    }
+    assert list(metrics_cells(only_global)) == [TEST_JOB_TYPE]
+    assert list(metrics_cells(only_org)) == [OTHER_JOB_TYPE]
+    content = every.content.decode()
+    assert content.count('<tr class="intent-metrics-row">') == 2
+    assert '<td class="field-pending_count">3</td>' in content
+    assert f'href="{INTENTS_URL}?job_type={OTHER_JOB_TYPE}"' in content
+
+
+def test_intent_metrics_page__bad_scope__form_error_and_no_rows(admin_client: Client) -> None:
+    record(1)
+
+    missing_org = admin_client.get(METRICS_URL, {"scope": "organization"})
+    bad_org = admin_client.get(METRICS_URL, {"scope": "organization", "organization": "nope"})
+
+    assert missing_org.context["form"].errors == {
+        "organization": ["Enter the organization id to show."]
+    }
+    assert "organization" in bad_org.context["form"].errors
+    assert missing_org.context["rows"] == bad_org.context["rows"] == []
+
+
+def test_intent_metrics_page__nothing_recorded__empty_state(admin_client: Client) -> None:
+    response = admin_client.get(METRICS_URL)
+
+    assert b'id="intent-metrics-empty"' in response.content
+
+
+@pytest.mark.django_db(transaction=True)
+def test_intent_metrics_page__terminal_counts(admin_client: Client, lifecycle: Lifecycle) -> None:
+    response = admin_client.get(METRICS_URL, {"job_type": TEST_JOB_TYPE})
+
+    [row] = response.context["rows"]
+    assert (row.pending_count, row.promoted_24h, row.conflicted_24h) == (0, 1, 1)
+    assert '<td class="field-conflicted_24h">1</td>' in response.content.decode()

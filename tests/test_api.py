@@ -1,0 +1,98 @@
+"""The public surface: pinned so that every change to it is deliberate."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import runledger_django
+from runledger_django import api
+
+PUBLIC_NAMES = [
+    "EnqueueOutcome",
+    "IntentMetrics",
+    "IntentOutcome",
+    "IntentStatus",
+    "PromotionReport",
+    "ReadScope",
+    "RunledgerError",
+    "delete_promoted_intents_before",
+    "delete_promoted_intents_for_jobs",
+    "enqueue_job",
+    "get_intent",
+    "intent_metrics",
+    "list_intents",
+    "promote_intents",
+    "record_intent",
+]
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_all__package_and_api__pinned_and_sorted() -> None:
+    assert runledger_django.__all__ == PUBLIC_NAMES
+    assert api.__all__ == PUBLIC_NAMES
+
+
+@pytest.mark.parametrize("name", PUBLIC_NAMES)
+def test_package_attribute__same_object_as_api(name: str) -> None:
+    assert getattr(runledger_django, name) is getattr(api, name)
+
+
+def test_dir__lists_the_public_names() -> None:
+    assert set(PUBLIC_NAMES) <= set(dir(runledger_django))
+
+
+def test_getattr__unknown_name__attribute_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'enqueue_jobs'"):
+        runledger_django.enqueue_jobs  # noqa: B018
+    with pytest.raises(AttributeError):
+        runledger_django.decode_intent_state  # noqa: B018
+
+
+def test_version__from_distribution_metadata() -> None:
+    assert runledger_django.__version__ == "0.1.0"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - fixed interpreter and code
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def test_import__without_settings__imports_no_models_or_services() -> None:
+    """The package is imported while INSTALLED_APPS loads: it must not touch the app registry."""
+    result = run_python(
+        """
+        import sys
+        import runledger_django
+        loaded = sorted(name for name in sys.modules if name.startswith("runledger_django."))
+        print(runledger_django.__version__, loaded)
+        assert loaded == [], loaded
+        assert "django.db.models" not in sys.modules
+        """
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("0.1.0 []")
+
+
+def test_import__settings_configured_but_apps_not_ready__no_app_registry_error() -> None:
+    result = run_python(
+        """
+        import django.conf
+        django.conf.settings.configure(INSTALLED_APPS=["runledger_django"])
+        import runledger_django
+        import runledger_django.apps
+        assert "runledger_django.models" not in __import__("sys").modules
+        """
+    )
+    assert result.returncode == 0, result.stderr
