@@ -20,7 +20,7 @@ from django.contrib.admin.options import ShowFacets
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db.models import Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -28,18 +28,19 @@ from django.utils.safestring import SafeString
 
 from .domain import PAGE_LIMIT_MAX, IntentMetrics, ReadScope
 from .errors import RunledgerError
-from .models import Job, JobDefinition, JobEnqueueIntent, JobEvent
+from .models import IntentMetricsPage, Job, JobDefinition, JobEnqueueIntent, JobEvent
 from .services.metrics import intent_metrics
 from .validation import validate_job_type
 
 if TYPE_CHECKING:
     LargeTableAdminBase = admin.ModelAdmin[Any]
     DefinitionAdminBase = admin.ModelAdmin[JobDefinition]
+    MetricsPageAdminBase = admin.ModelAdmin[IntentMetricsPage]
     EventInlineBase = admin.TabularInline[JobEvent, Job]
     DefinitionFormBase = forms.ModelForm[JobDefinition]
     PaginatorBase = Paginator[Any]
 else:
-    LargeTableAdminBase = DefinitionAdminBase = admin.ModelAdmin
+    LargeTableAdminBase = DefinitionAdminBase = MetricsPageAdminBase = admin.ModelAdmin
     EventInlineBase = admin.TabularInline
     DefinitionFormBase = forms.ModelForm
     PaginatorBase = Paginator
@@ -295,6 +296,39 @@ class JobEnqueueIntentAdmin(LargeTableAdmin):
             "breadcrumbs_as_list": django.VERSION >= (6, 0),
         }
         return TemplateResponse(request, "admin/runledger/intent_metrics.html", context)
+
+
+@admin.register(IntentMetricsPage)
+class IntentMetricsPageAdmin(MetricsPageAdminBase):
+    """Puts "Intent metrics" on the admin index; its changelist is the metrics page."""
+
+    def _may_view_intents(self, request: HttpRequest) -> bool:
+        opts = JobEnqueueIntent._meta
+        return request.user.has_perm(f"{opts.app_label}.view_{opts.model_name}")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self._may_view_intents(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._may_view_intents(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if not self._may_view_intents(request):
+            raise PermissionDenied
+        return HttpResponseRedirect(
+            reverse(f"admin:{METRICS_URL_NAME}", current_app=self.admin_site.name)
+        )
 
 
 class IntentMetricsFilterForm(forms.Form):

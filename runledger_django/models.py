@@ -32,7 +32,14 @@ from .uuid7 import uuid7
 # it, as the promotion UPDATEs do. Django's Now() would give statement_timestamp() instead.
 TRANSACTION_NOW = models.Func(function="now", output_field=models.DateTimeField())
 
-__all__ = ["FK_INTENT_PROMOTED_JOB", "Job", "JobDefinition", "JobEnqueueIntent", "JobEvent"]
+__all__ = [
+    "FK_INTENT_PROMOTED_JOB",
+    "IntentMetricsPage",
+    "Job",
+    "JobDefinition",
+    "JobEnqueueIntent",
+    "JobEvent",
+]
 
 
 class JobDefinition(models.Model):
@@ -288,6 +295,17 @@ class JobEnqueueIntent(models.Model):
             last_error_code=self.last_error_code,
             last_error_message=self.last_error_message,
         )
+
+
+class IntentMetricsPage(JobEnqueueIntent):
+    """The intent metrics page's entry on the admin index. A proxy: no table, no permissions of
+    its own (viewing it takes the view permission on intents)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "intent metrics"
+        verbose_name_plural = "intent metrics"
+        default_permissions = ()
 
 
 def _present(text: str | None) -> bool:

@@ -488,3 +488,23 @@ def test_intent_metrics_page__terminal_counts(admin_client: Client, lifecycle: L
     [row] = response.context["rows"]
     assert (row.pending_count, row.promoted_24h, row.conflicted_24h) == (0, 1, 1)
     assert '<td class="field-conflicted_24h">1</td>' in response.content.decode()
+
+
+def test_admin_index__lists_intent_metrics__entry_opens_the_metrics_page(
+    admin_client: Client,
+) -> None:
+    """The metrics page is one click from the admin index (a proxy model's entry)."""
+    index = admin_client.get("/admin/")
+    assert b"model-intentmetricspage" in index.content
+    entry = admin_client.get("/admin/runledger/intentmetricspage/")
+    assert entry.status_code == 302
+    assert entry["Location"] == "/admin/runledger/jobenqueueintent/metrics/"
+
+
+def test_admin_index__metrics_entry_hidden_without_intent_view_permission(
+    client: Client, django_user_model: Any
+) -> None:
+    user = django_user_model.objects.create_user("staff", password="pw", is_staff=True)
+    client.force_login(user)
+    assert b"model-intentmetricspage" not in client.get("/admin/").content
+    assert client.get("/admin/runledger/intentmetricspage/").status_code == 403

@@ -11,13 +11,12 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 from django.utils import timezone
 
 from ..conf import conf
 from ..db.classify import classify
 from ..domain import PromotionReport
-from ..errors import Code, RunledgerError
 from ..models import JobDefinition
 from ..validation import validate_job_types
 from .promotion import run_promoter
@@ -110,13 +109,6 @@ def run_promotion(
     fixed = validate_job_types(job_types) if job_types else None
     if fixed is None and conf.PROMOTE_JOB_TYPES is not None:
         fixed = validate_job_types(conf.PROMOTE_JOB_TYPES)
-    if connections[using].in_atomic_block:
-        # Refuse before run_promoter's close_old_connections() could close the caller's
-        # connection in the middle of its transaction.
-        raise RunledgerError.for_code(
-            Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION,
-            "run_promotion was called inside an atomic block",
-        )
     totals = PromotionTotals()
 
     def types_for_pass() -> list[str]:

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from django.db import DatabaseError, close_old_connections, connections, transaction
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ..db import queries
@@ -536,9 +536,18 @@ def run_promoter(
     pass: it commits or rolls back first. In loop mode a failed pass is logged and retried
     after ``interval``; in drain mode it raises.
     """
+    connection = connections[using]
+    if connection.in_atomic_block:
+        # Refuse before dropping an obsolete connection could close the caller's transaction.
+        raise RunledgerError.for_code(
+            Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION,
+            "run_promoter was called inside an atomic block",
+        )
     passes = 0
     while not stop.is_set():
-        close_old_connections()
+        # A long-running promoter outlives CONN_MAX_AGE and server restarts: reconnect as a
+        # request would, on this alias only.
+        connection.close_if_unusable_or_obsolete()
         try:
             report = promote_intents(job_types(), limit=limit, using=using)
         except RunledgerError as error:

@@ -188,10 +188,9 @@ def test_admin__operator_browses_intents_jobs_and_metrics(
         expect(page.locator("#content")).to_contain_text(RECEIPT)
         shots.append(shot(page, "05-promoted-job"))
 
-        # From the admin index to the metrics page.
+        # From the admin index to the metrics page: its own entry in the app list.
         page.goto(f"{base}/admin/")
-        page.click("div.app-runledger a.section")
-        page.click("a#runledger-intent-metrics-link")
+        page.click("tr.model-intentmetricspage a")
         expect(page).to_have_url(re.compile(r"/admin/runledger/jobenqueueintent/metrics/$"))
         expect(page.locator("h1")).to_have_text("Intent metrics")
         metrics_rows = page.locator("table#intent-metrics tr.intent-metrics-row")

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import decimal
 import enum
 import json
 import math
@@ -36,8 +35,13 @@ from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from runledger_django import EnqueueOutcome, IntentOutcome, RunledgerError, enqueue_job
-from runledger_django import record_intent
+from runledger_django import (
+    EnqueueOutcome,
+    IntentOutcome,
+    RunledgerError,
+    enqueue_job,
+    record_intent,
+)
 from runledger_django.domain import JobStage
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import JobDefinition
@@ -48,7 +52,7 @@ pytestmark = pytest.mark.django_db
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 FUZZ_SETTINGS = settings(
-    max_examples=1500,
+    max_examples=200,
     deadline=None,
     derandomize=False,
     print_blob=True,
@@ -387,14 +391,12 @@ EXTREME_DATETIMES: dict[str, Callable[[], dt.datetime]] = {
     "min +23:59": lambda: dt.datetime.min.replace(tzinfo=dt.timezone(dt.timedelta(minutes=1439))),
     "max -23:59": lambda: dt.datetime.max.replace(tzinfo=dt.timezone(-dt.timedelta(minutes=1439))),
     "no offset": lambda: dt.datetime(2030, 1, 1, tzinfo=NoOffset()),
-    "offset beyond a day (x)": lambda: dt.datetime(2030, 1, 1, tzinfo=BrokenOffset()),
-    "offset not a timedelta (x)": lambda: dt.datetime(2030, 1, 1, tzinfo=WrongTypeOffset()),
+    "offset beyond a day": lambda: dt.datetime(2030, 1, 1, tzinfo=BrokenOffset()),
+    "offset not a timedelta": lambda: dt.datetime(2030, 1, 1, tzinfo=WrongTypeOffset()),
 }
 """Built on draw: a datetime with a broken tzinfo cannot even be hashed."""
 extreme_datetimes = st.one_of(
-    st.sampled_from(sorted(n for n in EXTREME_DATETIMES if "(x)" not in n)).map(
-        lambda name: EXTREME_DATETIMES[name]()
-    ),
+    st.sampled_from(sorted(EXTREME_DATETIMES)).map(lambda name: EXTREME_DATETIMES[name]()),
     st.datetimes(timezones=offsets),
 )
 
@@ -521,9 +523,8 @@ def make_call(*, for_intent: bool, **arguments: Any) -> Call:
 
 
 def found_examples(*, for_intent: bool) -> list[Call]:
-    """Inputs the fuzzer found that once broke the property, replayed on every run."""
-    return [] and [
-        # A tzinfo whose utcoffset() Python rejects made validation raise ValueError/TypeError.
+    """Inputs the fuzzer found that broke the property once, replayed on every run."""
+    return [
         make_call(
             for_intent=for_intent,
             job_type=TEST_JOB_TYPE,
@@ -531,7 +532,18 @@ def found_examples(*, for_intent: bool) -> list[Call]:
             idempotency_key="k",
             next_run_at=EXTREME_DATETIMES[name](),
         )
+        # A tzinfo whose utcoffset() Python rejects made validation raise ValueError/TypeError.
         for name in ("offset beyond a day", "offset not a timedelta")
+    ] + [
+        # The smallest int32 priority, bound client-side as ``-2147483648::integer``, parsed as
+        # -(2147483648::integer) and overflowed (SQLSTATE 22003) in enqueue's insert.
+        make_call(
+            for_intent=for_intent,
+            job_type=TEST_JOB_TYPE,
+            payload=None,
+            idempotency_key="0",
+            priority=INT32_MIN,
+        )
     ]
 
 
@@ -571,7 +583,7 @@ def row_counts() -> dict[str, int]:
             "(SELECT count(*) FROM runledger_job_queue), "
             "(SELECT count(*) FROM runledger_job_events)"
         )
-        intents, jobs, events = cursor.fetchone()  # type: ignore[misc]
+        intents, jobs, events = cursor.fetchone()
     return {"intents": intents, "jobs": jobs, "events": events}
 
 

@@ -448,6 +448,35 @@ def test_promote_intents__invalid_persisted_stage__conflicts_without_starving_va
     assert not Job.objects.filter(idempotency_key="poison").exists()
 
 
+NOT_BLANK = r"U&'[^[:space:]\00A0\0085\1680\2000-\200A\2028\2029\202F\205F\3000]'"
+
+
+def test_promote_intents__invalid_persisted_resource_key__conflicts_without_starving_valid_intent(
+    make_definition: MakeDefinition, drop_constraint: DropConstraint
+) -> None:
+    make_definition()
+    drop_constraint(
+        "runledger_job_enqueue_intents",
+        "chk_job_enqueue_intents_execution_resource_key",
+        f"execution_resource_key IS NULL OR (execution_resource_key ~ {NOT_BLANK}"
+        " AND octet_length(execution_resource_key) <= 512)",
+        "DELETE FROM runledger_job_enqueue_intents WHERE idempotency_key = 'blank-resource'",
+    )
+    poison = insert_raw_intent(idempotency_key="blank-resource", execution_resource_key="\u3000")
+    healthy = record("healthy")
+
+    assert_report(promote_intents([TYPE]), inserted_jobs=1, conflicted=1, total_promoted=1)
+
+    assert intent_values(poison) == {
+        "status": "CONFLICTED",
+        "promotion_attempts": 1,
+        "promoted_job_id": None,
+        "last_error_code": "job.invalid_execution_resource_key",
+        "last_error_message": "Execution resource key must be non-blank and at most 512 bytes.",
+    }
+    assert JobEnqueueIntent.objects.get(id=healthy).status == "PROMOTED"
+
+
 def test_promote_intents__snapshot_drift__defers_without_starving_and_promotes_after_repair(
     make_definition: MakeDefinition,
 ) -> None:
