@@ -104,3 +104,15 @@ def apply_keyed_fast_path() -> bool:
         return False
     queries.PROMOTE_BATCH_FAST_PATH = patched  # type: ignore[misc]
     return True
+
+
+# The pending-metrics index with organization_id carried along: the GLOBAL scope's pending
+# counts then come from an index-only scan of the pending rows instead of a BitmapAnd of the
+# pending index with the whole global unique index (every global intent ever recorded).
+PENDING_METRICS_WITH_ORGANIZATION = [
+    "DROP INDEX idx_job_enqueue_intents_pending_metrics",
+    "CREATE INDEX idx_job_enqueue_intents_pending_metrics ON runledger_job_enqueue_intents "
+    "(job_type, created_at) INCLUDE (promotion_attempts, organization_id) "
+    "WHERE status = 'PENDING'",
+    "VACUUM (ANALYZE) runledger_job_enqueue_intents",
+]

@@ -115,7 +115,8 @@ class Spec:
         """The same key naming a different request."""
         choice = rng.randrange(3)
         if choice == 0:
-            return Spec(self.job_type, self.organization_id, self.key, {**self.payload, "x": 1})
+            payload = {**self.payload, "x": 1}
+            return Spec(self.job_type, self.organization_id, self.key, payload, self.options)
         options = dict(self.options)
         if choice == 1:
             options["priority"] = int(options.get("priority", 0)) + 1000

@@ -116,21 +116,30 @@ def validate_organization_id(value: object) -> uuid.UUID | None:
     return None if value is None else coerce_uuid(value)
 
 
+def aware_utc(value: object, code: Code, field: str) -> dt.datetime:
+    """Return ``value`` as an aware datetime in UTC, or raise ``code``.
+
+    Naive values, tzinfos whose offsets Python refuses (a bad ``utcoffset()`` raises ValueError
+    or TypeError) and instants that leave the representable range are all rejected.
+    """
+    if not isinstance(value, dt.datetime):
+        raise RunledgerError.for_code(
+            code, f"{field} must be a datetime, got {type(value).__name__}"
+        )
+    try:
+        if value.utcoffset() is None:
+            raise RunledgerError.for_code(code, f"{field} is naive")
+        return value.astimezone(dt.UTC)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise RunledgerError.for_code(
+            code, f"{field} has an unusable offset ({type(exc).__name__})"
+        ) from None
+
+
 def validate_next_run_at(value: object) -> dt.datetime | None:
     if value is None:
         return None
-    if not isinstance(value, dt.datetime):
-        raise RunledgerError.for_code(
-            Code.INVALID_NEXT_RUN_AT, f"next_run_at must be a datetime, got {type(value).__name__}"
-        )
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise RunledgerError.for_code(Code.INVALID_NEXT_RUN_AT, "next_run_at is naive")
-    try:
-        return value.astimezone(dt.UTC)
-    except OverflowError:
-        raise RunledgerError.for_code(
-            Code.INVALID_NEXT_RUN_AT, "next_run_at outside the representable range"
-        ) from None
+    return aware_utc(value, Code.INVALID_NEXT_RUN_AT, "next_run_at")
 
 
 def validate_stage(value: object, *, persisted_row: bool = False) -> str:

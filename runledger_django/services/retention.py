@@ -22,21 +22,13 @@ from ..db.transaction import (
 )
 from ..domain import RETENTION_BATCH_MAX, coerce_uuid
 from ..errors import Code, RunledgerError
-from ..validation import validate_page
+from ..validation import aware_utc, validate_page
 
 DEFAULT_USING = "default"
 STATEMENT_TIMEOUT_MS = 35_000
 FENCE_WAIT_MS = 30_000
 """Longer than a promotion pass's 25 s budget, so a fence wait outlasts any pass in flight."""
 ROW_LOCK_TIMEOUT_MS = 5_000
-
-
-def _aware(value: object, field: str) -> dt.datetime:
-    if not isinstance(value, dt.datetime) or value.utcoffset() is None:
-        raise RunledgerError.for_code(
-            Code.INVALID_ARGUMENT, f"{field} must be a timezone-aware datetime"
-        )
-    return value
 
 
 def delete_promoted_intents_before(
@@ -53,7 +45,7 @@ def delete_promoted_intents_before(
             ``job.invalid_argument`` for a naive cutoff.
     """
     page = validate_page(limit, 0)
-    checked_cutoff = _aware(cutoff, "cutoff")
+    checked_cutoff = aware_utc(cutoff, Code.INVALID_ARGUMENT, "cutoff")
     with connections[using].cursor() as cursor:
         return execute(  # type: ignore[no-any-return]
             cursor,
@@ -65,7 +57,7 @@ def delete_promoted_intents_before(
 
 def count_promoted_intents_before(cutoff: dt.datetime, *, using: str = DEFAULT_USING) -> int:
     """How many promoted intents a cutoff cleanup would delete (for dry runs)."""
-    checked_cutoff = _aware(cutoff, "cutoff")
+    checked_cutoff = aware_utc(cutoff, Code.INVALID_ARGUMENT, "cutoff")
     with connections[using].cursor() as cursor:
         row = execute(
             cursor,
