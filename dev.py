@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -33,7 +36,7 @@ def _version_of(executable: str) -> tuple[int, int] | None:
             [
                 executable,
                 "-c",
-                "import sys, venv, ensurepip; print('%d.%d' % sys.version_info[:2])",
+                "import sys, venv; print('%d.%d' % sys.version_info[:2])",
             ],
             capture_output=True,
             text=True,
@@ -81,6 +84,33 @@ def find_python() -> tuple[str, tuple[int, int]]:
     return best
 
 
+def _create_venv(python: str, venv: Path) -> None:
+    """Make a venv with pip, even where ensurepip is missing (Debian without python3-venv)."""
+    has_ensurepip = (
+        subprocess.run(
+            [python, "-c", "import ensurepip"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
+    if has_ensurepip:
+        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        return
+    subprocess.run([python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    # A wheel is a zip that Python can run: pip installs itself from its own wheel.
+    index = "https://pypi.org/pypi/pip/json"
+    with urllib.request.urlopen(index, timeout=60) as response:
+        release = json.load(response)
+    # Mirrors may answer with relative links.
+    url = urllib.parse.urljoin(
+        index, next(f["url"] for f in release["urls"] if f["filename"].endswith(".whl"))
+    )
+    wheel = venv / url.rsplit("/", 1)[-1]
+    urllib.request.urlretrieve(url, wheel)  # noqa: S310
+    venv_python = str(venv / "bin" / "python")
+    subprocess.run([venv_python, f"{wheel}/pip", "install", "-q", str(wheel)], check=True)
+    wheel.unlink()
+
+
 def ensure_venv() -> Path:
     """Create or refresh the venv for the chosen Python; reinstall when pyproject.toml changes."""
     python, (major, minor) = find_python()
@@ -90,7 +120,7 @@ def ensure_venv() -> Path:
     wanted = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
     if not venv_python.exists():
         print(f"dev.py: creating {venv.relative_to(ROOT)} with {python}", flush=True)
-        subprocess.run([python, "-m", "venv", str(venv)], check=True)
+        _create_venv(python, venv)
     if not stamp.exists() or stamp.read_text() != wanted:
         print("dev.py: installing runledger-django[dev] (first run takes a minute)", flush=True)
         pip = [str(venv_python), "-m", "pip", "--disable-pip-version-check", "-q"]
