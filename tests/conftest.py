@@ -111,6 +111,23 @@ def wait_for_lock_wait(
         time.sleep(0.01)
 
 
+def run_sql(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+    """Run raw SQL on the test's Django connection; return its rows (none for commands)."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall()) if cursor.description else []
+
+
+@pytest.fixture
+def session_repeatable_read() -> Iterator[None]:
+    """Make REPEATABLE READ the default of the test's connection, as a host project might."""
+    run_sql("SET default_transaction_isolation = 'repeatable read'")
+    try:
+        yield
+    finally:
+        run_sql("RESET default_transaction_isolation")
+
+
 @pytest.fixture
 def server_version_num() -> int:
     connection.ensure_connection()

@@ -31,7 +31,7 @@ from runledger_django import (
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
 from runledger_django.services import promotion
-from tests.conftest import TEST_JOB_TYPE
+from tests.conftest import TEST_JOB_TYPE, run_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,12 +42,6 @@ Observer = psycopg.Connection[Any]
 NEEDS_TRANSACTION_TIMEOUT = (
     "transaction_timeout exists from PostgreSQL 17 on; the client-side variant covers 15 and 16"
 )
-
-
-def run_sql(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
 
 
 @pytest.fixture

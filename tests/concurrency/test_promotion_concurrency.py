@@ -12,13 +12,13 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 
 from runledger_django import (
     PromotionReport,
@@ -31,7 +31,8 @@ from runledger_django import (
 from runledger_django.db import queries
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
-from tests.conftest import TEST_JOB_TYPE, wait_for_lock_wait
+from tests.concurrency.conftest import release_park
+from tests.conftest import TEST_JOB_TYPE, run_sql, wait_for_lock_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,14 +41,7 @@ MakeDefinition = Callable[..., JobDefinition]
 OpenSession = Callable[..., psycopg.Connection[Any]]
 InThread = Callable[..., Future[Any]]
 Observer = psycopg.Connection[Any]
-PARK_KEY = (4242, 1)
 """Advisory lock a parking trigger waits on while the test holds it."""
-
-
-def run_sql(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
 
 
 def record(key: str) -> uuid.UUID:
@@ -68,31 +62,6 @@ PENDING_UNTOUCHED = {
     "promoted_job_id": None,
     "last_error_code": None,
 }
-
-
-@pytest.fixture
-def park_promoted_update(open_session: OpenSession) -> Iterator[psycopg.Connection[Any]]:
-    """Make the PENDING -> PROMOTED update wait until the returned session unlocks PARK_KEY."""
-    holder = open_session()
-    holder.execute("SELECT pg_advisory_lock(%s, %s)", PARK_KEY)
-    run_sql(
-        "CREATE FUNCTION runledger_test_park() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-        " IF NEW.status = 'PROMOTED' THEN"
-        f" PERFORM pg_advisory_xact_lock_shared({PARK_KEY[0]}, {PARK_KEY[1]}); END IF;"
-        " RETURN NEW; END $$"
-    )
-    run_sql(
-        "CREATE TRIGGER runledger_test_park BEFORE UPDATE ON runledger_job_enqueue_intents"
-        " FOR EACH ROW EXECUTE FUNCTION runledger_test_park()"
-    )
-    yield holder
-    holder.execute("SELECT pg_advisory_unlock_all()")
-    run_sql("DROP TRIGGER runledger_test_park ON runledger_job_enqueue_intents")
-    run_sql("DROP FUNCTION runledger_test_park()")
-
-
-def release(holder: psycopg.Connection[Any]) -> None:
-    holder.execute("SELECT pg_advisory_unlock(%s, %s)", PARK_KEY)
 
 
 def timed(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
@@ -122,7 +91,7 @@ def test_promote_intents__second_promoter_while_first_holds_the_row__skips_it(
 
     second = promote_intents([TYPE], limit=1)
 
-    release(park_promoted_update)
+    release_park(park_promoted_update)
     assert second == PromotionReport()
     assert first.result(timeout=10).total_promoted == 1
     assert Job.objects.filter(idempotency_key="one").count() == 1

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from runledger_django import (
@@ -31,7 +31,8 @@ from runledger_django import (
 )
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
-from tests.conftest import TEST_JOB_TYPE, wait_for_lock_wait
+from tests.concurrency.conftest import release_park
+from tests.conftest import TEST_JOB_TYPE, run_sql, wait_for_lock_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,13 +43,6 @@ InThread = Callable[..., Future[Any]]
 Observer = psycopg.Connection[Any]
 PROMOTION_FENCE_TAG = "runledger:lock_job_enqueue_intent_promotion"
 RETENTION_FENCE_TAG = "runledger:lock_job_enqueue_intent_retention"
-PARK_KEY = (4243, 1)
-
-
-def run_sql(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
 
 
 def promoted(key: str) -> tuple[uuid.UUID, uuid.UUID]:
@@ -350,27 +344,6 @@ def test_promote_intents__idle_while_retention_holds_the_fence__returns_without_
     assert report == PromotionReport()
 
 
-@pytest.fixture
-def park_promoted_update(open_session: OpenSession) -> Iterator[psycopg.Connection[Any]]:
-    """Make PENDING -> PROMOTED updates wait until the returned session unlocks PARK_KEY."""
-    holder = open_session()
-    holder.execute("SELECT pg_advisory_lock(%s, %s)", PARK_KEY)
-    run_sql(
-        "CREATE FUNCTION runledger_test_park() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-        " IF NEW.status = 'PROMOTED' THEN"
-        f" PERFORM pg_advisory_xact_lock_shared({PARK_KEY[0]}, {PARK_KEY[1]}); END IF;"
-        " RETURN NEW; END $$"
-    )
-    run_sql(
-        "CREATE TRIGGER runledger_test_park BEFORE UPDATE ON runledger_job_enqueue_intents"
-        " FOR EACH ROW EXECUTE FUNCTION runledger_test_park()"
-    )
-    yield holder
-    holder.execute("SELECT pg_advisory_unlock_all()")
-    run_sql("DROP TRIGGER runledger_test_park ON runledger_job_enqueue_intents")
-    run_sql("DROP FUNCTION runledger_test_park()")
-
-
 def test_retention__inverse_existing_job_order__serialised_by_the_fence(
     make_definition: MakeDefinition,
     in_thread: InThread,
@@ -402,8 +375,7 @@ def test_retention__inverse_existing_job_order__serialised_by_the_fence(
     probe = open_session(autocommit=False)
     probe.execute("SELECT id FROM runledger_job_queue WHERE id = %s FOR UPDATE NOWAIT", [lower])
     probe.rollback()
-    release_park = park_promoted_update.execute("SELECT pg_advisory_unlock(%s, %s)", PARK_KEY)
-    assert release_park.fetchone() == (True,)
+    assert release_park(park_promoted_update)
 
     report = promotion.result(timeout=10)
     assert report.to_dict() == {

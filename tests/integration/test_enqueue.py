@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -443,17 +443,6 @@ def test_enqueue_job__unkeyed_in_repeatable_read_caller__inserted(
         outcome = enqueue_job(TEST_JOB_TYPE, PAYLOAD)
     assert outcome.disposition == "inserted"
     assert Job.objects.filter(id=outcome.job_id).exists()
-
-
-@pytest.fixture
-def session_repeatable_read() -> Iterator[None]:
-    with connection.cursor() as cursor:
-        cursor.execute("SET default_transaction_isolation = 'repeatable read'")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET default_transaction_isolation")
 
 
 @pytest.mark.django_db(transaction=True)

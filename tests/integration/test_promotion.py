@@ -41,7 +41,7 @@ from runledger_django.domain import format_timestamp
 from runledger_django.errors import Code, ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent, JobEvent
 from runledger_django.services.promotion import failure_action
-from tests.conftest import TEST_JOB_TYPE, insert_raw_intent
+from tests.conftest import TEST_JOB_TYPE, insert_raw_intent, run_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NO_PROMOTION_PASS = pytest.mark.django_db
@@ -51,12 +51,6 @@ TYPE = TEST_JOB_TYPE
 MakeDefinition = Callable[..., JobDefinition]
 InstallTrigger = Callable[[str, str, str], None]
 DropConstraint = Callable[[str, str, str], None]
-
-
-def run_sql(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
 
 
 def assert_report(report: PromotionReport, **expected: Any) -> None:

@@ -28,18 +28,12 @@ from runledger_django import (
 )
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
-from tests.conftest import TEST_JOB_TYPE
+from tests.conftest import TEST_JOB_TYPE, run_sql
 
 TYPE = TEST_JOB_TYPE
 MakeDefinition = Callable[..., JobDefinition]
 OWNS_TRANSACTION = pytest.mark.django_db(transaction=True)
 pytestmark = pytest.mark.django_db
-
-
-def run_sql(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return list(cursor.fetchall()) if cursor.description else []
 
 
 def show(setting: str) -> str:

@@ -8,7 +8,7 @@ transaction, and owned transactions must start outside any atomic block: those u
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
@@ -42,18 +42,6 @@ def show(cursor: CursorWrapper, name: str) -> str:
     row = cursor.fetchone()
     assert row is not None
     return str(row[0])
-
-
-@pytest.fixture
-def session_repeatable_read() -> Iterator[None]:
-    """Make REPEATABLE READ the default of the test's connection, as a host project might."""
-    with connection.cursor() as cursor:
-        cursor.execute("SET default_transaction_isolation = 'repeatable read'")
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("RESET default_transaction_isolation")
 
 
 # --- timeout_text ------------------------------------------------------------------------------
