@@ -206,7 +206,7 @@ def test_conf__no_runledger_setting__defaults(settings: SettingsWrapper) -> None
         conf.PROMOTION_BATCH_SIZE,
         conf.PROMOTER_INTERVAL,
         conf.PRUNE_BATCH_SIZE,
-    ) == (None, 24, 0.5, 1000)
+    ) == (None, 500, 0.5, 1000)
 
 
 def test_conf__settings_changed__read_at_call_time(settings: SettingsWrapper) -> None:

@@ -289,6 +289,12 @@ CONTRACT_INDEXES: dict[str, str] = {
         f"CREATE INDEX idx_job_enqueue_intents_pending_metrics {INTENTS} "
         "(job_type, created_at) INCLUDE (promotion_attempts) WHERE (status = 'PENDING'::text)"
     ),
+    # Not in the reference: serves the global scope's pending population index-only.
+    "idx_job_enqueue_intents_global_pending_metrics": (
+        f"CREATE INDEX idx_job_enqueue_intents_global_pending_metrics {INTENTS} "
+        "(job_type, created_at) INCLUDE (promotion_attempts) "
+        "WHERE ((status = 'PENDING'::text) AND (organization_id IS NULL))"
+    ),
     "idx_job_enqueue_intents_org_pending_metrics": (
         f"CREATE INDEX idx_job_enqueue_intents_org_pending_metrics {INTENTS} "
         "(organization_id, job_type, created_at) INCLUDE (promotion_attempts) "

@@ -21,8 +21,10 @@ SET_READ_COMMITTED: Final[LiteralString] = "SET TRANSACTION ISOLATION LEVEL READ
 # CTE reads the old value before set_config changes it.
 CAP_TIMEOUT: Final[LiteralString] = """
 WITH previous AS MATERIALIZED (
+    -- Timeout settings display with units ("5s", "250ms", "0"); as an interval they give the
+    -- milliseconds without a pg_settings scan.
     SELECT current_setting(%(name)s) AS text_value,
-           (SELECT setting::bigint FROM pg_settings WHERE name = %(name)s) AS ms
+           (extract(epoch FROM current_setting(%(name)s)::interval) * 1000)::bigint AS ms
 )
 SELECT previous.text_value,
        set_config(
@@ -40,7 +42,8 @@ FROM previous
 CAP_TRANSACTION_TIMEOUT: Final[LiteralString] = """
 WITH previous AS MATERIALIZED (
     SELECT current_setting('transaction_timeout') AS text_value,
-           (SELECT setting::bigint FROM pg_settings WHERE name = 'transaction_timeout') AS ms
+           (extract(epoch FROM current_setting('transaction_timeout')::interval) * 1000)::bigint
+               AS ms
 ),
 disarmed AS MATERIALIZED (
     SELECT CASE WHEN previous.ms > %(cap_ms)s
@@ -320,7 +323,11 @@ WITH candidate AS (
            intent.execution_resource_key, batch.job_id
     FROM unnest(%(intent_ids)s::uuid[], %(job_ids)s::uuid[], %(snapshots)s::jsonb[])
          AS batch(intent_id, job_id, snapshot)
-    JOIN runledger_job_enqueue_intents intent ON intent.id = batch.intent_id
+    -- One primary-key probe per batch row (OFFSET 0 keeps it a probe): a join would let the
+    -- planner merge the batch against the whole table once statistics go stale mid-drain.
+    CROSS JOIN LATERAL (
+        SELECT * FROM runledger_job_enqueue_intents probe WHERE probe.id = batch.intent_id OFFSET 0
+    ) AS intent
     WHERE intent.status = 'PENDING' AND intent.enqueue_request = batch.snapshot
 ),
 definition AS (
@@ -344,7 +351,7 @@ inserted_org AS (
     WHERE c.organization_id IS NOT NULL
     ON CONFLICT (job_type, organization_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND organization_id IS NOT NULL DO NOTHING
-    RETURNING id, run_number, stage, job_type
+    RETURNING id, run_number, stage, job_type, organization_id, idempotency_key
 ),
 inserted_global AS (
     INSERT INTO runledger_job_queue (
@@ -360,32 +367,53 @@ inserted_global AS (
     WHERE c.organization_id IS NULL
     ON CONFLICT (job_type, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND organization_id IS NULL DO NOTHING
-    RETURNING id, run_number, stage, job_type
+    RETURNING id, run_number, stage, job_type, idempotency_key
 ),
 inserted AS (
-    SELECT * FROM inserted_org UNION ALL SELECT * FROM inserted_global
+    SELECT id, run_number, stage, job_type FROM inserted_org
+    UNION ALL
+    SELECT id, run_number, stage, job_type FROM inserted_global
 ),
 event AS (
     INSERT INTO runledger_job_events (job_id, run_number, event_type, stage, payload)
     SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
 ),
-promoted AS (
+-- Each new job reaches its intent through the scope's unique key (the intent it was made
+-- from, claimed above): an index probe per job, never a join between two CTEs whose sizes the
+-- planner cannot estimate.
+promoted_org AS (
     UPDATE runledger_job_enqueue_intents intent
     SET status = 'PROMOTED',
         promotion_attempts = intent.promotion_attempts + 1,
         last_attempted_at = now(),
-        promoted_job_id = c.job_id,
+        promoted_job_id = job.id,
         promoted_at = now(),
         conflicted_at = NULL,
         last_error_code = NULL,
         last_error_message = NULL
-    FROM candidate c JOIN inserted ON inserted.id = c.job_id
-    WHERE intent.id = c.intent_id AND intent.status = 'PENDING'
+    FROM inserted_org job
+    WHERE intent.job_type = job.job_type AND intent.organization_id = job.organization_id
+      AND intent.idempotency_key = job.idempotency_key AND intent.status = 'PENDING'
+    RETURNING intent.id
+),
+promoted_global AS (
+    UPDATE runledger_job_enqueue_intents intent
+    SET status = 'PROMOTED',
+        promotion_attempts = intent.promotion_attempts + 1,
+        last_attempted_at = now(),
+        promoted_job_id = job.id,
+        promoted_at = now(),
+        conflicted_at = NULL,
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM inserted_global job
+    WHERE intent.job_type = job.job_type AND intent.organization_id IS NULL
+      AND intent.idempotency_key = job.idempotency_key AND intent.status = 'PENDING'
     RETURNING intent.id
 )
 SELECT (SELECT count(*) FROM inserted) AS inserted_count,
-       ARRAY(SELECT id FROM promoted) AS promoted_ids
+       ARRAY(SELECT id FROM promoted_org UNION ALL SELECT id FROM promoted_global) AS promoted_ids
 """
 
 # Lifecycle transitions; each must touch exactly one PENDING row.

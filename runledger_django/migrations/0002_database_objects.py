@@ -179,6 +179,9 @@ CREATE INDEX idx_job_enqueue_intents_pending_type ON runledger_job_enqueue_inten
     (job_type, next_promotion_at, created_at, id) WHERE status = 'PENDING';
 CREATE INDEX idx_job_enqueue_intents_pending_metrics ON runledger_job_enqueue_intents
     (job_type, created_at) INCLUDE (promotion_attempts) WHERE status = 'PENDING';
+CREATE INDEX idx_job_enqueue_intents_global_pending_metrics ON runledger_job_enqueue_intents
+    (job_type, created_at) INCLUDE (promotion_attempts)
+    WHERE status = 'PENDING' AND organization_id IS NULL;
 CREATE INDEX idx_job_enqueue_intents_org_pending_metrics ON runledger_job_enqueue_intents
     (organization_id, job_type, created_at) INCLUDE (promotion_attempts)
     WHERE status = 'PENDING' AND organization_id IS NOT NULL;
@@ -212,6 +215,7 @@ INDEX_NAMES = [
     "idx_job_enqueue_intents_pending",
     "idx_job_enqueue_intents_pending_type",
     "idx_job_enqueue_intents_pending_metrics",
+    "idx_job_enqueue_intents_global_pending_metrics",
     "idx_job_enqueue_intents_org_pending_metrics",
     "idx_job_enqueue_intents_conflicted_metrics",
     "idx_job_enqueue_intents_org_conflicted_metrics",

@@ -463,6 +463,19 @@ def bulk_populations(job_id: uuid.UUID) -> list[uuid.UUID]:
     return orgs
 
 
+def test_intent_metrics__global_scope__pending_population_uses_the_global_partial_index(
+    bulk_populations: list[uuid.UUID],
+) -> None:
+    """Without it the global pending count ANDs two bitmaps over every pending row."""
+    with CaptureQueriesContext(connection) as queries:
+        intent_metrics(scope=ReadScope.GLOBAL)
+    (query,) = queries.captured_queries
+    plan = explain(query["sql"])
+
+    assert "idx_job_enqueue_intents_global_pending_metrics" in _index_names(plan)
+    assert _seq_scans(plan) == set()
+
+
 def test_intent_metrics__organization_scope__plan_uses_the_org_partial_indexes(
     bulk_populations: list[uuid.UUID],
 ) -> None:
