@@ -284,10 +284,7 @@ SELECT EXISTS (
 # The claim: FOR NO KEY UPDATE OF intent SKIP LOCKED locks only intent rows, so concurrent
 # promoters split the backlog and definitions stay shareable. Only v1 snapshots are selected.
 PROMOTION_CLAIM: Final[LiteralString] = """
-SELECT intent.id, intent.job_type, intent.organization_id, intent.payload::text AS payload,
-       intent.priority, intent.max_attempts, intent.timeout_seconds, intent.next_run_at,
-       intent.idempotency_key, intent.stage, intent.execution_resource_key,
-       intent.enqueue_request::text AS enqueue_request
+SELECT intent.id
 FROM runledger_job_enqueue_intents intent
 JOIN runledger_job_definitions definition
   ON definition.job_type = intent.job_type AND definition.is_enabled = true
@@ -298,6 +295,15 @@ WHERE intent.status = 'PENDING'
 ORDER BY intent.next_promotion_at, intent.created_at, intent.id
 LIMIT %(limit)s
 FOR NO KEY UPDATE OF intent SKIP LOCKED
+"""
+
+# The claimed rows the set-based statement did not promote, for the per-row path to decode.
+PROMOTION_FALLBACK_ROWS: Final[LiteralString] = """
+SELECT id, job_type, organization_id, payload::text AS payload, priority, max_attempts,
+       timeout_seconds, next_run_at, idempotency_key, stage, execution_resource_key,
+       enqueue_request::text AS enqueue_request
+FROM runledger_job_enqueue_intents
+WHERE id = ANY(%(ids)s::uuid[])
 """
 
 # Snapshot drift check: the stored snapshot against the one recomputed from the columns.
@@ -320,15 +326,28 @@ WITH candidate AS (
     SELECT intent.id AS intent_id, intent.job_type, intent.organization_id, intent.payload,
            intent.priority, intent.max_attempts, intent.timeout_seconds, intent.next_run_at,
            intent.idempotency_key, intent.stage, intent.enqueue_request,
-           intent.execution_resource_key, batch.job_id
-    FROM unnest(%(intent_ids)s::uuid[], %(job_ids)s::uuid[], %(snapshots)s::jsonb[])
-         AS batch(intent_id, job_id, snapshot)
+           intent.execution_resource_key, runledger_uuidv7() AS job_id
+    FROM unnest(%(intent_ids)s::uuid[]) AS batch(intent_id)
     -- One primary-key probe per batch row (OFFSET 0 keeps it a probe): a join would let the
     -- planner merge the batch against the whole table once statistics go stale mid-drain.
     CROSS JOIN LATERAL (
         SELECT * FROM runledger_job_enqueue_intents probe WHERE probe.id = batch.intent_id OFFSET 0
     ) AS intent
-    WHERE intent.status = 'PENDING' AND intent.enqueue_request = batch.snapshot
+    WHERE intent.status = 'PENDING'
+      AND intent.stage = ANY(%(stages)s::text[])
+      -- The canonical request v1 rebuilt from the columns (validation.canonical_snapshot_json
+      -- in SQL): a drifted row does not match and takes the per-row path, which defers it.
+      AND intent.enqueue_request = jsonb_build_object(
+              'payload', intent.payload,
+              'priority', intent.priority,
+              'max_attempts', intent.max_attempts,
+              'timeout_seconds', intent.timeout_seconds,
+              'next_run_at', to_char(intent.next_run_at AT TIME ZONE 'UTC',
+                                     'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+              'stage', intent.stage
+          ) || CASE WHEN intent.execution_resource_key IS NULL THEN '{}'::jsonb
+                    ELSE jsonb_build_object('execution_resource_key',
+                                            intent.execution_resource_key) END
 ),
 definition AS (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds

@@ -33,8 +33,8 @@ from ..db.transaction import (
 )
 from ..domain import PROMOTION_BATCH_LIMIT_MAX, EnqueueRequest, PromotionReport
 from ..errors import Code, RunledgerError
-from ..uuid7 import uuid7
 from ..validation import (
+    STAGES,
     canonical_snapshot_json,
     validate_execution_resource_key,
     validate_job_type,
@@ -303,30 +303,38 @@ class _Pass:
             cap_transaction_timeout(cursor, TRANSACTION_BUDGET_MS)
         cap_timeout(cursor, LOCK_TIMEOUT, LOCK_TIMEOUT_MS)
         execute(cursor, queries.LOCK_PROMOTION_FENCE, None, context="take promotion fence")
-        rows = execute(
-            cursor,
-            queries.PROMOTION_CLAIM,
-            {"job_types": self.job_types, "limit": self.limit},
-            context="claim job enqueue intents",
-        ).fetchall()
-        self.counts.batch_was_full = len(rows) == self.limit
-        candidates = [_decode(row) for row in rows]
-        self._promote_set_based(cursor, candidates)
-        fallback = [c for c in candidates if c.intent_id not in self.counts.promoted]
+        claimed = [
+            row[0]
+            for row in execute(
+                cursor,
+                queries.PROMOTION_CLAIM,
+                {"job_types": self.job_types, "limit": self.limit},
+                context="claim job enqueue intents",
+            ).fetchall()
+        ]
+        self.counts.batch_was_full = len(claimed) == self.limit
+        if not claimed:
+            return
+        self._promote_set_based(cursor, claimed)
+        fallback = [intent_id for intent_id in claimed if intent_id not in self.counts.promoted]
         if len(fallback) > PROMOTION_BATCH_LIMIT_MAX:
             self.counts.batch_was_full = True
-        for candidate in fallback[:PROMOTION_BATCH_LIMIT_MAX]:
-            self._promote_one(cursor, candidate)
-
-    def _promote_set_based(self, cursor: CursorWrapper, candidates: list[_Candidate]) -> None:
-        batch = [c for c in candidates if c.request is not None]
-        if not batch:
+        fallback = fallback[:PROMOTION_BATCH_LIMIT_MAX]
+        if not fallback:
             return
-        params = {
-            "intent_ids": [c.intent_id for c in batch],
-            "job_ids": [uuid7() for _ in batch],
-            "snapshots": [c.request.snapshot_json for c in batch if c.request is not None],
-        }
+        rows = execute(
+            cursor,
+            queries.PROMOTION_FALLBACK_ROWS,
+            {"ids": fallback},
+            context="read claimed job enqueue intents",
+        ).fetchall()
+        by_id = {row[0]: row for row in rows}
+        for intent_id in fallback:  # in claim order
+            self._promote_one(cursor, _decode(by_id[intent_id]))
+
+    def _promote_set_based(self, cursor: CursorWrapper, claimed: list[uuid.UUID]) -> None:
+        """Insert the jobs of every claimed row that can promote cleanly in one statement."""
+        params = {"intent_ids": claimed, "stages": sorted(STAGES)}
         try:
             with transaction.atomic(using=self.using):
                 row = execute(

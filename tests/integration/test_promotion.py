@@ -1158,3 +1158,30 @@ def test_promote_intents__converged_old_job__cannot_be_deleted_while_linked(
     # PostgreSQL 18 reports RESTRICT as 23001, earlier servers as 23503.
     assert cause.sqlstate in ("23001", "23503")
     assert cause.diag.constraint_name == "fk_job_enqueue_intents_promoted_job"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"organization_id": uuid.UUID(int=7)},
+        {"priority": -(2**31), "max_attempts": 5, "timeout_seconds": 45},
+        {"next_run_at": dt.datetime(2035, 4, 3, 2, 1, 0, 123456, tzinfo=dt.UTC)},
+        {"next_run_at": dt.datetime(999, 1, 2, 3, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=5)))},
+        {"stage": "scheduled", "execution_resource_key": "analytics:account:é"},
+    ],
+    ids=["defaults", "organization", "numbers", "next-run-at", "year-999-offset", "resource-key"],
+)
+def test_promote_intents__every_request_shape__promotes_set_based_without_the_per_row_path(
+    make_definition: MakeDefinition, options: dict[str, Any]
+) -> None:
+    """The set-based statement rebuilds the canonical snapshot in SQL; a shape it rebuilt
+    differently from Python would silently fall back to the slow per-row path."""
+    make_definition()
+    intent_id = record("shape", {"n": 1.5, "s": "ü", "list": [1, None, True]}, **options)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert_report(promote_intents([TYPE]), inserted_jobs=1, total_promoted=1)
+
+    assert JobEnqueueIntent.objects.get(id=intent_id).status == "PROMOTED"
+    assert not [q for q in queries.captured_queries if "AS enqueue_request" in q["sql"]]
