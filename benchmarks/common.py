@@ -94,7 +94,6 @@ class Context:
 
     quick: bool
     server_version: int
-    prototype: bool = False
     rows: list[Row] = field(default_factory=list)
     state: dict[str, Any] = field(default_factory=dict)
 

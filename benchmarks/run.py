@@ -4,7 +4,6 @@
     python3 dev.py bench --quick         # a smoke run with small sizes
     python3 dev.py bench --only a,c      # some shapes
     python3 dev.py bench --profile       # also write a pyinstrument profile per shape
-    python3 dev.py bench --prototype     # also measure the proposed changes (prototypes.py)
 
 The server is the embedded PostgreSQL 18, or DATABASE_URL's. The run drops and recreates its
 own database there (``runledger_bench``, or RUNLEDGER_BENCH_DB), migrates it, and drops it at
@@ -48,11 +47,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--keep-db", action="store_true", help="keep the benchmark database")
     parser.add_argument("--profile", action="store_true", help="pyinstrument profile per shape")
-    parser.add_argument(
-        "--prototype",
-        action="store_true",
-        help="also measure the proposed library changes in benchmarks/prototypes.py",
-    )
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
     chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SHAPES)
@@ -170,7 +164,7 @@ def main(argv: list[str]) -> int:
 
     from .common import Context, Row
 
-    ctx = Context(quick=args.quick, server_version=server_version, prototype=args.prototype)
+    ctx = Context(quick=args.quick, server_version=server_version)
     started = dt.datetime.now(dt.UTC)
     failed = False
     for shape in args.shapes:

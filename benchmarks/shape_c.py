@@ -78,7 +78,7 @@ WHERE intent.id = c.id
 
 
 def _promoter_main(
-    job_types: list[str], limit: int, prototype: bool, barrier: Any, results: Any
+    job_types: list[str], limit: int, barrier: Any, results: Any
 ) -> None:  # pragma: no cover - runs in a child process
     import django
 
@@ -87,10 +87,6 @@ def _promoter_main(
 
     from runledger_django import promote_intents
 
-    if prototype:
-        from .prototypes import apply_keyed_fast_path
-
-        apply_keyed_fast_path()
     connection.ensure_connection()
     barrier.wait()
     promoted = passes = 0
@@ -106,13 +102,13 @@ def _promoter_main(
     connection.close()
 
 
-def drain_with_processes(processes: int, limit: int, *, prototype: bool = False) -> dict[str, Any]:
+def drain_with_processes(processes: int, limit: int) -> dict[str, Any]:
     """Start ``processes`` promoters together; the clock runs until the last one is done."""
     spawn = multiprocessing.get_context("spawn")
     barrier = spawn.Barrier(processes + 1)
     results = spawn.Queue()
     children = [
-        spawn.Process(target=_promoter_main, args=(JOB_TYPES, limit, prototype, barrier, results))
+        spawn.Process(target=_promoter_main, args=(JOB_TYPES, limit, barrier, results))
         for _ in range(processes)
     ]
     for child in children:
@@ -240,21 +236,14 @@ def run(ctx: Context) -> None:
         ("1 promoter process, limit=24 (default batch size)", 1, 24, {}),
         ("1 promoter process, limit=1000, empty tables at start", 1, 1000, {"history": 0}),
     ]
-    if ctx.prototype:
-        scenarios += [
-            ("PROTOTYPE fast path: 1 promoter process, limit=1000", 1, 1000, {"proto": True}),
-            ("PROTOTYPE fast path: 2 promoter processes, limit=1000", 2, 1000, {"proto": True}),
-            ("PROTOTYPE fast path: 1 promoter process, limit=24", 1, 24, {"proto": True}),
-        ]
     for label, processes, limit, options in scenarios:
-        proto = bool(options.pop("proto", False))
         progress(f"(c) {label}: draining {count:,} intents")
         backlog(**options)
         before = int(scalar("SELECT count(*) FROM runledger_job_queue"))
         rate = _rate_row(
             ctx,
             label,
-            drain_with_processes(processes, limit, prototype=proto),
+            drain_with_processes(processes, limit),
             count,
             target=label == "1 promoter process, limit=1000",
         )

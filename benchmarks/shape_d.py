@@ -20,10 +20,8 @@ from .common import (
     progress,
     reset_runledger,
     scalar,
-    sql,
 )
 from .datagen import generate_history
-from .prototypes import PENDING_METRICS_WITH_ORGANIZATION
 
 HISTORY_JOB_TYPES = [f"bench.history.type_{n}" for n in range(8)]
 METRICS = 50.0
@@ -114,30 +112,3 @@ def run(ctx: Context) -> None:
         )
         ctx.add(Row("d", f"{name}, p95", stats.p95_ms, "ms"))
         progress(f"(d) {name}: median {stats.median_ms:.2f} ms, p95 {stats.p95_ms:.2f} ms")
-    if ctx.prototype:
-        prototype_global_metrics(ctx, count)
-
-
-def prototype_global_metrics(ctx: Context, count: int) -> None:
-    """Measure GLOBAL metrics again with the proposed index, then put the original back."""
-    for statement in PENDING_METRICS_WITH_ORGANIZATION:
-        sql(statement)
-    stats = measure(lambda: intent_metrics(scope=ReadScope.GLOBAL), count=count)
-    ctx.add(
-        Row(
-            "d",
-            "PROTOTYPE pending-metrics index INCLUDE organization_id: GLOBAL metrics, median",
-            stats.median_ms,
-            "ms",
-            target=f"<= {METRICS:g} ms",
-            ok=stats.median_ms <= METRICS,
-            detail=stats.to_dict(),
-        )
-    )
-    progress(f"(d) prototype GLOBAL metrics: median {stats.median_ms:.2f} ms")
-    sql("DROP INDEX idx_job_enqueue_intents_pending_metrics")
-    sql(
-        "CREATE INDEX idx_job_enqueue_intents_pending_metrics ON runledger_job_enqueue_intents "
-        "(job_type, created_at) INCLUDE (promotion_attempts) WHERE status = 'PENDING'"
-    )
-    sql("VACUUM (ANALYZE) runledger_job_enqueue_intents")
