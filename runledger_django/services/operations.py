@@ -40,11 +40,19 @@ def promotion_job_types(
         RunledgerError: ``job.invalid_job_type`` for a blank or unstorable type; a classified
             database error when the definitions cannot be read (a loop retries those).
     """
+    fixed = _fixed_job_types(explicit)
+    return fixed if fixed is not None else _enabled_job_types(using)
+
+
+def _fixed_job_types(explicit: Sequence[str] | None) -> list[str] | None:
+    """The validated allow-list from ``--job-type`` or settings; None means every enabled type."""
     if explicit:
         return validate_job_types(explicit)
     configured = conf.PROMOTE_JOB_TYPES
-    if configured is not None:
-        return validate_job_types(configured)
+    return None if configured is None else validate_job_types(configured)
+
+
+def _enabled_job_types(using: str) -> list[str]:
     try:
         return list(
             JobDefinition.objects.using(using)
@@ -106,13 +114,11 @@ def run_promotion(
     """
     # A fixed allow-list is validated once, up front: a loop retries failed passes forever,
     # which must not include a typo on the command line.
-    fixed = validate_job_types(job_types) if job_types else None
-    if fixed is None and conf.PROMOTE_JOB_TYPES is not None:
-        fixed = validate_job_types(conf.PROMOTE_JOB_TYPES)
+    fixed = _fixed_job_types(job_types)
     totals = PromotionTotals()
 
     def types_for_pass() -> list[str]:
-        return fixed if fixed is not None else promotion_job_types(using=using)
+        return fixed if fixed is not None else _enabled_job_types(using)
 
     def record(report: PromotionReport) -> None:
         totals.add(report)
