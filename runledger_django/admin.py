@@ -105,7 +105,20 @@ class JobTypeFilter(admin.SimpleListFilter):
         return queryset.filter(condition)
 
 
-class LargeTableAdmin(LargeTableAdminBase):
+class ReadOnlyMixin:
+    """No adding, changing or deleting through the admin: rows change only via the services."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class LargeTableAdmin(ReadOnlyMixin, LargeTableAdminBase):
     """Read-only browsing of a table that may hold millions of rows."""
 
     paginator = BoundedCountPaginator
@@ -157,15 +170,6 @@ class LargeTableAdmin(LargeTableAdminBase):
         except ValueError:
             pass
         return queryset.filter(condition), False
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 def _admin_link(admin_site: admin.AdminSite, name: str, object_id: Any, css_class: str) -> str:
@@ -299,7 +303,7 @@ class JobEnqueueIntentAdmin(LargeTableAdmin):
 
 
 @admin.register(IntentMetricsPage)
-class IntentMetricsPageAdmin(MetricsPageAdminBase):
+class IntentMetricsPageAdmin(ReadOnlyMixin, MetricsPageAdminBase):
     """Puts "Intent metrics" on the admin index; its changelist is the metrics page."""
 
     def _may_view_intents(self, request: HttpRequest) -> bool:
@@ -311,15 +315,6 @@ class IntentMetricsPageAdmin(MetricsPageAdminBase):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return self._may_view_intents(request)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
@@ -356,7 +351,7 @@ class IntentMetricsFilterForm(forms.Form):
         return ReadScope.ADMIN, job_type
 
 
-class JobEventInline(EventInlineBase):
+class JobEventInline(ReadOnlyMixin, EventInlineBase):
     model = JobEvent
     verbose_name_plural = f"events (newest {EVENTS_SHOWN})"
     fields = (
@@ -385,15 +380,6 @@ class JobEventInline(EventInlineBase):
             return queryset.none()
         newest = JobEvent.objects.filter(job_id=job_id).order_by("-id").values("id")
         return queryset.filter(id__in=newest[:EVENTS_SHOWN])
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
 
 @admin.register(Job)
