@@ -17,6 +17,11 @@ from runledger_django.models import JobDefinition
 
 TEST_JOB_TYPE = "jobs.test.enqueue_intent"
 
+MakeDefinition = Callable[..., JobDefinition]
+OpenSession = Callable[..., psycopg.Connection[Any]]
+InThread = Callable[..., Future[Any]]
+Observer = psycopg.Connection[Any]
+
 
 @pytest.fixture
 def make_definition() -> Callable[..., JobDefinition]:

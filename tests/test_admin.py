@@ -21,7 +21,7 @@ from pytest_django import DjangoAssertNumQueries
 from runledger_django import enqueue_job, promote_intents, record_intent
 from runledger_django.admin import BoundedCountPaginator, JobEnqueueIntentAdmin
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
-from tests.conftest import TEST_JOB_TYPE
+from tests.conftest import TEST_JOB_TYPE, MakeDefinition
 
 pytestmark = pytest.mark.django_db
 
@@ -33,7 +33,6 @@ JOBS_URL = reverse("admin:runledger_job_changelist")
 DEFINITIONS_URL = reverse("admin:runledger_jobdefinition_changelist")
 APP_URL = reverse("admin:app_list", kwargs={"app_label": "runledger"})
 
-MakeDefinition = Callable[..., JobDefinition]
 StaffClient = Callable[..., Client]
 
 

@@ -32,9 +32,9 @@ from pytest_django import Settings as SettingsWrapper
 
 from runledger_django import IntentMetrics, PromotionReport, RunledgerError, record_intent
 from runledger_django.management import cli
-from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.models import Job, JobEnqueueIntent
 from runledger_django.services import operations
-from tests.conftest import TEST_JOB_TYPE, wait_for_lock_wait
+from tests.conftest import TEST_JOB_TYPE, MakeDefinition, wait_for_lock_wait
 
 pytestmark = pytest.mark.django_db
 
@@ -42,8 +42,6 @@ REPORT_KEYS = {f.name for f in fields(PromotionReport)}
 METRICS_KEYS = {f.name for f in fields(IntentMetrics)}
 OTHER_JOB_TYPE = "jobs.test.other"
 BASE_DIR = Path(__file__).resolve().parent.parent
-
-MakeDefinition = Callable[..., JobDefinition]
 
 
 def run(*args: str, stdout: io.StringIO | None = None) -> str:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from tests.conftest import run_sql
+from tests.conftest import OpenSession, run_sql
 
 PARK_KEY = (4242, 1)
 """Advisory key a test session holds to park promotions inside their PROMOTED update."""
@@ -16,7 +16,7 @@ PARK_KEY = (4242, 1)
 
 @pytest.fixture
 def park_promoted_update(
-    open_session: Callable[..., psycopg.Connection[Any]],
+    open_session: OpenSession,
 ) -> Iterator[psycopg.Connection[Any]]:
     """Make the PENDING -> PROMOTED update wait until the returned session unlocks PARK_KEY."""
     holder = open_session()

@@ -15,10 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Any
 
-import psycopg
 import pytest
 from django.db import connection, transaction
 
@@ -29,16 +26,13 @@ from runledger_django import (
     record_intent,
 )
 from runledger_django.errors import ErrorCategory
-from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.models import Job, JobEnqueueIntent
 from runledger_django.services import promotion
-from tests.conftest import TEST_JOB_TYPE, run_sql
+from tests.conftest import TEST_JOB_TYPE, InThread, MakeDefinition, Observer, run_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TYPE = TEST_JOB_TYPE
-MakeDefinition = Callable[..., JobDefinition]
-InThread = Callable[..., Future[Any]]
-Observer = psycopg.Connection[Any]
 NEEDS_TRANSACTION_TIMEOUT = (
     "transaction_timeout exists from PostgreSQL 17 on; the client-side variant covers 15 and 16"
 )

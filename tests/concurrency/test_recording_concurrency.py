@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -20,15 +19,12 @@ from django.db import connection, transaction
 from runledger_django import IntentOutcome, IntentStatus, RunledgerError, record_intent
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import JobEnqueueIntent
-from tests.conftest import TEST_JOB_TYPE, wait_for_lock_wait
+from tests.conftest import TEST_JOB_TYPE, InThread, OpenSession, wait_for_lock_wait
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORG = uuid.UUID("0190a6b2-0000-7000-8000-00000000c0c0")
 INSERT_FRAGMENT = "INSERT INTO runledger_job_enqueue_intents"
-
-OpenSession = Callable[..., psycopg.Connection[Any]]
-InThread = Callable[..., Future[Any]]
 
 
 def _record(payload: Any = None, *, org: uuid.UUID | None = None) -> IntentOutcome:

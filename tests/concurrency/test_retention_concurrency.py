@@ -12,7 +12,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from typing import Any
 
 import psycopg
@@ -30,17 +29,21 @@ from runledger_django import (
     record_intent,
 )
 from runledger_django.errors import ErrorCategory
-from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.models import Job, JobEnqueueIntent
 from tests.concurrency.conftest import release_park
-from tests.conftest import TEST_JOB_TYPE, run_sql, wait_for_lock_wait
+from tests.conftest import (
+    TEST_JOB_TYPE,
+    InThread,
+    MakeDefinition,
+    Observer,
+    OpenSession,
+    run_sql,
+    wait_for_lock_wait,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TYPE = TEST_JOB_TYPE
-MakeDefinition = Callable[..., JobDefinition]
-OpenSession = Callable[..., psycopg.Connection[Any]]
-InThread = Callable[..., Future[Any]]
-Observer = psycopg.Connection[Any]
 PROMOTION_FENCE_TAG = "runledger:lock_job_enqueue_intent_promotion"
 RETENTION_FENCE_TAG = "runledger:lock_job_enqueue_intent_retention"
 

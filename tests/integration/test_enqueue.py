@@ -23,11 +23,10 @@ from pytest_django import DjangoAssertNumQueries
 from runledger_django import EnqueueOutcome, RunledgerError, enqueue_job
 from runledger_django.domain import JobStatus
 from runledger_django.models import Job, JobDefinition, JobEvent
-from tests.conftest import TEST_JOB_TYPE, wait_for_lock_wait
+from tests.conftest import TEST_JOB_TYPE, MakeDefinition, wait_for_lock_wait
 
 pytestmark = pytest.mark.django_db
 
-MakeDefinition = Callable[..., JobDefinition]
 
 DEFAULT_SNAPSHOT = {
     "payload": {"target": "same-request"},

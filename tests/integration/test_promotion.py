@@ -41,14 +41,13 @@ from runledger_django.domain import format_timestamp
 from runledger_django.errors import Code, ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent, JobEvent
 from runledger_django.services.promotion import failure_action
-from tests.conftest import TEST_JOB_TYPE, insert_raw_intent, run_sql
+from tests.conftest import TEST_JOB_TYPE, MakeDefinition, insert_raw_intent, run_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
 NO_PROMOTION_PASS = pytest.mark.django_db
 """For tests that never reach a pass: they can run inside the cheaper per-test transaction."""
 
 TYPE = TEST_JOB_TYPE
-MakeDefinition = Callable[..., JobDefinition]
 InstallTrigger = Callable[[str, str, str], None]
 DropConstraint = Callable[[str, str, str], None]
 

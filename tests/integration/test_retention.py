@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -28,10 +27,9 @@ from runledger_django import (
 )
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
-from tests.conftest import TEST_JOB_TYPE, run_sql
+from tests.conftest import TEST_JOB_TYPE, MakeDefinition, run_sql
 
 TYPE = TEST_JOB_TYPE
-MakeDefinition = Callable[..., JobDefinition]
 OWNS_TRANSACTION = pytest.mark.django_db(transaction=True)
 pytestmark = pytest.mark.django_db
 
