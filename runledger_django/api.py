@@ -9,28 +9,42 @@ from .domain import (
     IntentStatus,
     PromotionReport,
     ReadScope,
+    WorkReport,
 )
 from .errors import RunledgerError
 from .services.enqueue import enqueue_job
 from .services.intents import get_intent, list_intents, record_intent
+from .services.job_control import cancel_job, requeue_job
 from .services.metrics import intent_metrics
 from .services.promotion import promote_intents
 from .services.retention import delete_promoted_intents_before, delete_promoted_intents_for_jobs
+from .worker.context import JobContext
+from .worker.outcomes import RetryJob, TerminalJobError
+from .worker.registry import job_handler
+from .worker.run import run_jobs
 
 __all__ = [
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
     "IntentStatus",
+    "JobContext",
     "PromotionReport",
     "ReadScope",
+    "RetryJob",
     "RunledgerError",
+    "TerminalJobError",
+    "WorkReport",
+    "cancel_job",
     "delete_promoted_intents_before",
     "delete_promoted_intents_for_jobs",
     "enqueue_job",
     "get_intent",
     "intent_metrics",
+    "job_handler",
     "list_intents",
     "promote_intents",
     "record_intent",
+    "requeue_job",
+    "run_jobs",
 ]

@@ -11,6 +11,13 @@ DEFAULTS: dict[str, Any] = {
     "PROMOTION_BATCH_SIZE": 500,
     "PROMOTER_INTERVAL": 0.5,
     "PRUNE_BATCH_SIZE": 1000,
+    "LEASE_SECONDS": 60,
+    "REAPER_INTERVAL_SECONDS": 15,
+    "WORKER_GRACE_SECONDS": 30,
+    "WORKER_POLL_INTERVAL": 1.0,
+    "WAKEUP_NOTIFY": True,
+    "WORKER_LISTEN": True,
+    "OUTAGE_LIMIT_SECONDS": 300,
 }
 
 
@@ -49,6 +56,51 @@ class Settings:
     def PRUNE_BATCH_SIZE(self) -> int:  # noqa: N802
         """Intents one prune_intents statement deletes (1 to 1000). Default: 1000."""
         return int(self._get("PRUNE_BATCH_SIZE"))
+
+    @property
+    def LEASE_SECONDS(self) -> int:  # noqa: N802
+        """How long a worker's lease on a job lasts without a heartbeat; heartbeats renew it
+        every third of this. A worker that dies leaves its jobs for the reaper after at most
+        this long. Default: 60."""
+        return int(self._get("LEASE_SECONDS"))
+
+    @property
+    def REAPER_INTERVAL_SECONDS(self) -> float:  # noqa: N802
+        """Seconds between a worker's reaper passes over expired leases. Default: 15."""
+        return float(self._get("REAPER_INTERVAL_SECONDS"))
+
+    @property
+    def WORKER_GRACE_SECONDS(self) -> float:  # noqa: N802
+        """How long a stopping worker lets running handlers finish before it hands their jobs
+        back; also how long past its deadline a stuck handler may hold a worker before the
+        worker exits for its supervisor to restart it. Default: 30."""
+        return float(self._get("WORKER_GRACE_SECONDS"))
+
+    @property
+    def WORKER_POLL_INTERVAL(self) -> float:  # noqa: N802
+        """Seconds an idle worker (and its promoter) waits between looks for due work when no
+        notification wakes it first. Default: 1.0."""
+        return float(self._get("WORKER_POLL_INTERVAL"))
+
+    @property
+    def WAKEUP_NOTIFY(self) -> bool:  # noqa: N802
+        """Send a NOTIFY after a commit that makes work due (enqueue_job, record_intent,
+        promotion, requeue) so idle workers start it at once. It is sent after the caller's
+        commit, never inside the caller's transaction. Default: True."""
+        return bool(self._get("WAKEUP_NOTIFY"))
+
+    @property
+    def WORKER_LISTEN(self) -> bool:  # noqa: N802
+        """Workers LISTEN for those notifications on a connection of their own. Turn it off
+        where LISTEN cannot work (PgBouncer in transaction pooling): workers then rely on
+        WORKER_POLL_INTERVAL alone. Default: True."""
+        return bool(self._get("WORKER_LISTEN"))
+
+    @property
+    def OUTAGE_LIMIT_SECONDS(self) -> float:  # noqa: N802
+        """How long a long-running worker or promoter keeps retrying an unreachable database
+        before it exits non-zero so its supervisor restarts it. Default: 300."""
+        return float(self._get("OUTAGE_LIMIT_SECONDS"))
 
 
 conf = Settings()

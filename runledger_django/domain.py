@@ -54,6 +54,30 @@ class JobStage(models.TextChoices):
     COMPLETED = "completed"
 
 
+class FailureKind(models.TextChoices):
+    """Why an attempt failed (reference 1.1); RETRYABLE, TIMEOUT and LEASE_EXPIRED may retry."""
+
+    RETRYABLE = "RETRYABLE"
+    TERMINAL = "TERMINAL"
+    PANICKED = "PANICKED"
+    TIMEOUT = "TIMEOUT"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+
+    @property
+    def is_retryable(self) -> bool:
+        return self not in (FailureKind.TERMINAL, FailureKind.PANICKED)
+
+
+class AttemptOutcome(models.TextChoices):
+    """How an attempt ended. INTERRUPTED: its worker stopped and handed the job back."""
+
+    SUCCEEDED = "SUCCEEDED"
+    RETRY_SCHEDULED = "RETRY_SCHEDULED"
+    DEAD_LETTERED = "DEAD_LETTERED"
+    CANCELED = "CANCELED"
+    INTERRUPTED = "INTERRUPTED"
+
+
 class JobEventType(models.TextChoices):
     ENQUEUED = "ENQUEUED"
     LEASED = "LEASED"
@@ -277,3 +301,115 @@ def coerce_uuid(value: object, code: Code = Code.INVALID_ORGANIZATION_ID) -> uui
         except ValueError:
             pass
     raise RunledgerError.for_code(code, f"expected a UUID, got {type(value).__name__}")
+
+
+# --- the worker runtime ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobDefaults:
+    """The defaults a handler declares for its job type; None keeps the table's default."""
+
+    job_type: str
+    max_attempts: int | None = None
+    timeout_seconds: int | None = None
+    priority: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobLease:
+    """The exact lease a worker holds: every worker-side write must match all four fields."""
+
+    job_id: uuid.UUID
+    run_number: int
+    attempt: int
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClaimedJob:
+    """A job a worker has just leased and marked running, with what its handler needs."""
+
+    lease: JobLease
+    job_type: str
+    organization_id: uuid.UUID | None
+    payload: Any
+    max_attempts: int
+    timeout_seconds: int
+    checkpoint: Any
+    claimed_at: dt.datetime
+    """The database clock when the lease began (the handler's deadline counts from here)."""
+    lease_expires_at: dt.datetime
+    decode_error: str | None = None
+    """Why the stored payload or checkpoint could not be decoded; such a job dead-letters."""
+
+    @property
+    def deadline(self) -> dt.datetime:
+        return self.claimed_at + dt.timedelta(seconds=self.timeout_seconds)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobFailure:
+    """A failed attempt as the worker reports it (reference 7, ``JobFailureUpdate``)."""
+
+    kind: FailureKind
+    code: str
+    message: str
+    error_class: str | None = None
+    """The exception's dotted class path, when an exception caused it."""
+    traceback: str | None = None
+    policy_retry_delay_ms: int | None = None
+    """The backoff policy's delay; required when the failure may retry."""
+    retry_after_ms: int | None = None
+    """The handler asked to run again this many milliseconds from now (``RetryJob(after=)``)."""
+    retry_at: dt.datetime | None = None
+    """The handler asked to run again at this time (``RetryJob(at=)``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailureOutcome:
+    """Where a failure left the job: PENDING with its next run, or DEAD_LETTERED."""
+
+    status: JobStatus
+    next_run_at: dt.datetime | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeartbeatResult:
+    """A heartbeat over several leases: renewed, still held but busy (row locked), or lost."""
+
+    renewed: frozenset[uuid.UUID]
+    busy: frozenset[uuid.UUID]
+    lost: frozenset[uuid.UUID]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReapReport:
+    """What one reaper pass did with expired leases."""
+
+    retried: int = 0
+    dead_lettered: int = 0
+    deferred: int = 0
+    """Rows that failed to reap; their lease was pushed forward so they do not block the rest."""
+    released_resources: int = 0
+    batch_was_full: bool = False
+    next_run_ats: tuple[dt.datetime, ...] = ()
+    """When the retried jobs become due (a worker sets a timer for them)."""
+
+    @property
+    def reaped(self) -> int:
+        return self.retried + self.dead_lettered
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkReport:
+    """What ``run_jobs`` (or a worker) did. ``lease_lost``: results the lease fence discarded."""
+
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    lease_lost: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -54,6 +54,26 @@ class Code(StrEnum):
     ENQUEUE_IDEMPOTENCY_UNSUPPORTED_ISOLATION = "job.enqueue_idempotency_unsupported_isolation"
     ALREADY_ENQUEUED = "job.already_enqueued"
     DEFINITION_NOT_FOUND = "job.definition_not_found"
+    LEASE_OWNER_MISMATCH = "job.lease_owner_mismatch"
+    INVALID_LEASE_DURATION = "job.invalid_lease_duration"
+    INVALID_RETRY_DELAY = "job.invalid_retry_delay"
+    INVALID_RETRY_TIMING = "job.invalid_retry_timing"
+    INVALID_PROGRESS = "job.invalid_progress"
+    INVALID_CHECKPOINT = "job.invalid_checkpoint"
+    INVALID_OUTPUT = "job.invalid_output"
+    INVALID_STATE_TRANSITION = "job.invalid_state_transition"
+    NOT_FOUND = "job.not_found"
+    CANCELLATION_NOT_QUIESCED = "job.cancellation_not_quiesced"
+    HANDLER_NOT_REGISTERED = "job.handler_not_registered"
+    HANDLER_FAILED = "job.handler_failed"
+    HANDLER_PANIC = "job.handler_panic"
+    RETRY_REQUESTED = "job.retry_requested"
+    TERMINAL_FAILURE = "job.terminal_failure"
+    TIMEOUT_EXCEEDED = "job.timeout_exceeded"
+    LEASE_EXPIRED = "job.lease_expired"
+    LEASE_MAINTENANCE_FAILED = "job.lease_maintenance_failed"
+    WORKER_REQUIRES_OWN_TRANSACTION = "job.worker_requires_own_transaction"
+    INVALID_PERSISTED_JOB = "job.invalid_persisted_row"
     DB_UNIQUE_VIOLATION = "db.unique_violation"
     DB_RELATED_RESOURCE_MISSING = "db.related_resource_missing"
     DB_RELATED_RESOURCE_STILL_REFERENCED = "db.related_resource_still_referenced"
@@ -144,6 +164,35 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
     ),
     Code.ALREADY_ENQUEUED: (_C, "Job is already enqueued for this idempotency key."),
     Code.DEFINITION_NOT_FOUND: (_V, "Job definition does not exist."),
+    Code.LEASE_OWNER_MISMATCH: (_F, "Job lease is not currently held by this worker."),
+    Code.INVALID_LEASE_DURATION: (_V, "Job lease duration must be a positive number of seconds."),
+    Code.INVALID_RETRY_DELAY: (_V, "Job retry delay must be a positive number of milliseconds."),
+    Code.INVALID_RETRY_TIMING: (_V, "Job retry time is invalid."),
+    Code.INVALID_PROGRESS: (
+        _V,
+        "Job progress must be non-negative whole numbers with done at most total.",
+    ),
+    Code.INVALID_CHECKPOINT: (_V, "Job checkpoint must be JSON-native data."),
+    Code.INVALID_OUTPUT: (_V, "Job handler output must be JSON-native data."),
+    Code.INVALID_STATE_TRANSITION: (_C, "Job is not in a state that allows this action."),
+    Code.NOT_FOUND: (_V, "Job does not exist."),
+    Code.CANCELLATION_NOT_QUIESCED: (
+        _C,
+        "Job was canceled while running; it can be requeued once its lease has expired.",
+    ),
+    Code.HANDLER_NOT_REGISTERED: (_I, "No handler is registered for this job type."),
+    Code.HANDLER_FAILED: (_I, "Job handler raised an exception."),
+    Code.HANDLER_PANIC: (_I, "Job handler aborted."),
+    Code.RETRY_REQUESTED: (_I, "Job handler asked to be retried."),
+    Code.TERMINAL_FAILURE: (_I, "Job handler failed permanently."),
+    Code.TIMEOUT_EXCEEDED: (_I, "Job exceeded the configured timeout."),
+    Code.LEASE_EXPIRED: (_I, "Job lease expired before completion."),
+    Code.LEASE_MAINTENANCE_FAILED: (_I, "Job lease could not be renewed."),
+    Code.WORKER_REQUIRES_OWN_TRANSACTION: (
+        _V,
+        "Jobs must be run outside any transaction.",
+    ),
+    Code.INVALID_PERSISTED_JOB: (_I, "Job contains invalid persisted state."),
     Code.DB_UNIQUE_VIOLATION: (_C, "Resource already exists."),
     Code.DB_RELATED_RESOURCE_MISSING: (_V, "Related resource does not exist."),
     Code.DB_RELATED_RESOURCE_STILL_REFERENCED: (

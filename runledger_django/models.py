@@ -18,6 +18,8 @@ from .domain import (
     FK_INTENT_PROMOTED_JOB,
     UQ_JOB_QUEUE_GLOBAL,
     UQ_JOB_QUEUE_ORG,
+    AttemptOutcome,
+    FailureKind,
     IntentState,
     IntentStatus,
     JobEventType,
@@ -36,9 +38,11 @@ __all__ = [
     "FK_INTENT_PROMOTED_JOB",
     "IntentMetricsPage",
     "Job",
+    "JobAttempt",
     "JobDefinition",
     "JobEnqueueIntent",
     "JobEvent",
+    "JobExecutionResourceClaim",
 ]
 
 
@@ -201,6 +205,114 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event_type} {self.job_id}"
+
+
+class JobAttempt(models.Model):
+    """One lease of a job: who ran it, when, and how it ended (reference 1.4).
+
+    ``job_type`` and ``organization_id`` are copied from the job (they never change) so the
+    job metrics can count attempts per type and tenant without joining the queue.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    # The FK is created by RunSQL as fk_job_attempts_job, immediate and ON DELETE CASCADE.
+    job = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        db_index=False,
+        related_name="attempts",
+    )
+    job_type = models.TextField()
+    organization_id = models.UUIDField(null=True, blank=True)
+    run_number = models.IntegerField()
+    attempt = models.IntegerField()
+    worker_id = models.TextField()
+    leased_at = models.DateTimeField(db_default=TRANSACTION_NOW)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.TextField(choices=AttemptOutcome.choices, null=True, blank=True)
+    """NULL while the attempt runs."""
+    failure_kind = models.TextField(choices=FailureKind.choices, null=True, blank=True)
+    error_code = models.TextField(null=True, blank=True)
+    error_message = models.TextField(null=True, blank=True)
+    error_class = models.TextField(null=True, blank=True)
+    """The dotted path of the exception that failed the attempt."""
+    error_traceback = models.TextField(null=True, blank=True)
+    retry_delay_ms = models.IntegerField(null=True, blank=True)
+    """The backoff policy's delay when the attempt was retried."""
+    requested_retry_not_before = models.DateTimeField(null=True, blank=True)
+    effective_next_run_at = models.DateTimeField(null=True, blank=True)
+    retry_timing_source = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+
+    class Meta:
+        db_table = "runledger_job_attempts"
+        ordering = ["job_id", "run_number", "attempt"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "run_number", "attempt"], name="uq_job_attempts_job_run_attempt"
+            ),
+            models.CheckConstraint(
+                condition=Q(attempt__gt=0), name="chk_job_attempts_attempt_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(run_number__gt=0), name="chk_job_attempts_run_number_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(outcome__isnull=True) | Q(outcome__in=AttemptOutcome.values),
+                name="chk_job_attempts_outcome",
+            ),
+            models.CheckConstraint(
+                condition=Q(failure_kind__isnull=True) | Q(failure_kind__in=FailureKind.values),
+                name="chk_job_attempts_failure_kind",
+            ),
+            models.CheckConstraint(
+                condition=Q(outcome__isnull=True, finished_at__isnull=True)
+                | Q(outcome__isnull=False, finished_at__isnull=False),
+                name="chk_job_attempts_finished_outcome",
+            ),
+            models.CheckConstraint(
+                condition=Q(retry_delay_ms__isnull=True) | Q(retry_delay_ms__gte=0),
+                name="chk_job_attempts_retry_delay_nonnegative",
+            ),
+            models.CheckConstraint(
+                condition=Q(retry_timing_source__isnull=True)
+                | Q(retry_timing_source__in=["POLICY", "HANDLER_NOT_BEFORE"]),
+                name="chk_job_attempts_retry_timing_source",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} run {self.run_number} attempt {self.attempt}"
+
+
+class JobExecutionResourceClaim(models.Model):
+    """The durable owner of an execution resource key: at most one LEASED job per key.
+
+    Rows are written by the claim and removed by triggers when the owning lease ends; a
+    cancelled live lease keeps its row until ``release_after`` (reference 1.7).
+    """
+
+    resource_key = models.TextField(primary_key=True)
+    # The FK is created by RunSQL as fk_job_execution_resource_claims_job, ON DELETE CASCADE.
+    job = models.OneToOneField(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="resource_claim",
+    )
+    run_number = models.IntegerField()
+    attempt = models.IntegerField()
+    worker_id = models.TextField()
+    lease_expires_at = models.DateTimeField()
+    release_after = models.DateTimeField(null=True, blank=True)
+    acquired_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+
+    class Meta:
+        db_table = "runledger_job_execution_resource_claims"
+
+    def __str__(self) -> str:
+        return f"{self.resource_key} -> {self.job_id}"
 
 
 class JobEnqueueIntent(models.Model):

@@ -10,7 +10,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ..errors import Code, RunledgerError
-from . import queries
+from . import job_queries, queries
 from .classify import classify
 
 READ_COMMITTED_LEVELS = frozenset({"read committed", "read uncommitted"})
@@ -111,3 +111,57 @@ def execute(
             connection.needs_rollback = True
         raise classify(exc, context) from exc
     return cursor
+
+
+def uses_client_side_binding(using: str) -> bool:
+    """Whether one execute() may carry several statements (psycopg's client-side cursors)."""
+    options = connections[using].settings_dict.get("OPTIONS") or {}
+    return not options.get("server_side_binding")
+
+
+def run_capped(
+    using: str,
+    sql: str,
+    params: dict[str, Any],
+    *,
+    lock_ms: int,
+    statement_ms: int,
+    context: str,
+) -> list[tuple[Any, ...]]:
+    """Run one statement with ``lock_timeout`` and ``statement_timeout`` capped (stricter values
+    already in force are kept) and return its rows.
+
+    Outside any transaction the caps and the statement go as one simple-protocol query, which
+    PostgreSQL runs as one implicit transaction: one round trip, and the caps vanish with it.
+    Inside the caller's atomic block (or with server-side binding, which allows one statement
+    per execute) it runs in a savepoint and puts both settings back exactly afterwards.
+    """
+    caps = {
+        "cap_lock_ms": lock_ms,
+        "cap_lock_text": timeout_text(lock_ms),
+        "cap_statement_ms": statement_ms,
+        "cap_statement_text": timeout_text(statement_ms),
+    }
+    connection = connections[using]
+    if (
+        connection.get_autocommit()
+        and not connection.in_atomic_block
+        and uses_client_side_binding(using)
+    ):
+        with connection.cursor() as cursor:
+            execute(
+                cursor,
+                job_queries.CAP_LIFECYCLE_TIMEOUTS + ";\n" + sql,
+                {**params, **caps},
+                context=context,
+            )
+            cursor.nextset()
+            return list(cursor.fetchall()) if cursor.description else []
+    with transaction.atomic(using=using), connection.cursor() as cursor:
+        row = execute(cursor, job_queries.CAP_LIFECYCLE_TIMEOUTS, caps, context=context).fetchone()
+        assert row is not None  # noqa: S101  (the statement always returns one row)
+        rows = execute(cursor, sql, params, context=context)
+        result = list(rows.fetchall()) if rows.description else []
+        restore_setting(cursor, LOCK_TIMEOUT, str(row[0]))
+        restore_setting(cursor, STATEMENT_TIMEOUT, str(row[1]))
+        return result

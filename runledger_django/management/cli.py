@@ -69,6 +69,22 @@ def offset(text: str) -> int:
     return _int_in(text, 0, 2**63 - 1, "offset")
 
 
+def concurrency(text: str) -> int:
+    """Handler threads of one worker: 1 to 256 (each holds a database connection)."""
+    return _int_in(text, 1, 256, "concurrency")
+
+
+def seconds(text: str) -> float:
+    """A non-negative, finite number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: not a number") from None
+    if not (math.isfinite(value) and 0 <= value <= threading.TIMEOUT_MAX):
+        raise argparse.ArgumentTypeError(f"invalid seconds {text!r}: must be 0 or more")
+    return value
+
+
 def interval(text: str) -> float:
     """Seconds between idle passes: a positive, finite number."""
     try:
@@ -147,17 +163,21 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @contextmanager
-def stop_on_signals(stop: StopEvent) -> Iterator[bool]:
+def stop_on_signals(stop: StopEvent, force: StopEvent | None = None) -> Iterator[bool]:
     """Turn SIGTERM and SIGINT into ``stop`` for the duration; restore the previous handlers.
 
-    Yields whether handlers were installed: Python only allows that in the main thread (a
-    command run through call_command from a worker thread stops through ``stop`` alone).
+    With ``force``, a second signal (an impatient operator, or a supervisor's second TERM)
+    raises ``force`` as well. Yields whether handlers were installed: Python only allows that
+    in the main thread (a command run through call_command from a worker thread stops through
+    ``stop`` alone).
     """
     if threading.current_thread() is not threading.main_thread():
         yield False
         return
 
     def handle(signum: int, frame: FrameType | None) -> None:
+        if force is not None and stop.is_set():
+            force.request_stop()
         stop.request_stop()
 
     previous = {sig: signal.signal(sig, handle) for sig in STOP_SIGNALS}

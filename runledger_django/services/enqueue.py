@@ -17,6 +17,7 @@ from ..errors import Code, RunledgerError
 from ..uuid7 import uuid7
 from ..validation import prepare_enqueue
 from ._owned import run_owned
+from .wakeup import JOBS_CHANNEL, wake_after_commit
 
 DEFAULT_USING = "default"
 
@@ -38,7 +39,8 @@ def enqueue_job(
     """Enqueue one job now, keyed (strictly idempotent) or unkeyed.
 
     Transaction: joins the caller's atomic block when there is one (keyed requests then require
-    READ COMMITTED); otherwise runs in its own READ COMMITTED transaction.
+    READ COMMITTED); otherwise runs in its own READ COMMITTED transaction. Idle workers are
+    woken once it commits (never from inside the caller's transaction).
 
     Args:
         job_type: an enabled job definition's type.
@@ -68,6 +70,13 @@ def enqueue_job(
         execution_resource_key=execution_resource_key,
         for_intent=False,
     )
+    outcome = _enqueue(request, using)
+    if outcome.disposition == "inserted":
+        wake_after_commit(using, JOBS_CHANNEL)
+    return outcome
+
+
+def _enqueue(request: EnqueueRequest, using: str) -> EnqueueOutcome:
     connection = connections[using]
     # With autocommit off (an atomic block, or manual transaction management) the caller owns
     # the transaction: join it, never commit it.

@@ -1,0 +1,710 @@
+"""Every raw SQL statement of the job lifecycle (the worker runtime), one named constant each.
+
+The intent path keeps its statements in ``queries.py``; this module is the same kind of place
+for what happens to a queue row after it is enqueued (reference runledger-worker 2-11).
+
+Each transition is ONE statement: a chain of data-modifying CTEs that moves the queue row,
+closes or opens its attempt row and appends its events, so a transition is atomic without an
+explicit transaction and costs one round trip. Worker-side writes re-check the exact lease
+(id, run number, attempt, worker id, still LEASED, lease not expired) *after* taking the row
+lock, so a lease that expires while the write waits is refused (reference 2, "lease fence").
+The tag comment leads each text so operators and tests can find it in pg_stat_activity.
+"""
+
+from __future__ import annotations
+
+from typing import Final, LiteralString
+
+# Cap lock_timeout and statement_timeout for the current (possibly implicit) transaction,
+# keeping a stricter value already in force, and return the previous texts for an exact
+# restore. Sent in front of a transition in the same simple-protocol query when the caller
+# has no transaction, so the caps cost no extra round trip.
+CAP_LIFECYCLE_TIMEOUTS: Final[LiteralString] = """
+WITH previous AS MATERIALIZED (
+    SELECT current_setting('lock_timeout') AS lock_text,
+           (extract(epoch FROM current_setting('lock_timeout')::interval) * 1000)::bigint
+               AS lock_ms,
+           current_setting('statement_timeout') AS statement_text,
+           (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint
+               AS statement_ms
+)
+SELECT previous.lock_text,
+       previous.statement_text,
+       set_config('lock_timeout',
+                  CASE WHEN previous.lock_ms = 0 OR previous.lock_ms > %(cap_lock_ms)s
+                       THEN %(cap_lock_text)s ELSE previous.lock_text END,
+                  true),
+       set_config('statement_timeout',
+                  CASE WHEN previous.statement_ms = 0
+                            OR previous.statement_ms > %(cap_statement_ms)s
+                       THEN %(cap_statement_text)s ELSE previous.statement_text END,
+                  true)
+FROM previous
+"""
+
+# Wake listeners after a commit. synchronous_commit is switched off for this tiny transaction
+# only: a notification needs no durable commit, and it must not wait for a WAL flush.
+NOTIFY: Final[LiteralString] = (
+    "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%(channel)s, '')"
+)
+
+# --- claim -------------------------------------------------------------------------------------
+
+# Lease up to ``limit`` due jobs of the given types and mark them running, in one statement
+# (reference 3 and 4 fused: the worker starts every job it claims at once, so the claim
+# itself is the durable RUNNING mark).
+#
+# Keyed jobs first pass through a bounded window of free resource keys (``head_window``), from
+# which only the first job per key may be a candidate: a dense key cannot fill the batch, and
+# unkeyed jobs are never held back. Candidates are locked FOR UPDATE SKIP LOCKED, so claimers
+# split the queue; a keyed candidate is leased only if its claim row was inserted, in key
+# order (one order for every claimer: no deadlock), and a lost race leaves it PENDING.
+CLAIM_JOBS: Final[LiteralString] = """
+/* runledger:claim_jobs */
+WITH resource_window AS MATERIALIZED (
+    SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
+    FROM runledger_job_queue job
+    WHERE job.status = 'PENDING'
+      AND job.execution_resource_key IS NOT NULL
+      AND job.next_run_at <= now()
+      AND job.job_type = ANY(%(job_types)s::text[])
+      AND NOT EXISTS (
+          SELECT 1 FROM runledger_job_execution_resource_claims claim
+          WHERE claim.resource_key = job.execution_resource_key
+      )
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
+    LIMIT %(head_window)s
+),
+resource_head AS (
+    SELECT DISTINCT ON (execution_resource_key) id
+    FROM resource_window
+    ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
+),
+candidate AS MATERIALIZED (
+    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
+    FROM runledger_job_queue job
+    WHERE job.status = 'PENDING'
+      AND job.next_run_at <= now()
+      AND job.job_type = ANY(%(job_types)s::text[])
+      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
+    LIMIT %(limit)s
+    FOR UPDATE OF job SKIP LOCKED
+),
+acquired AS (
+    INSERT INTO runledger_job_execution_resource_claims (
+        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT execution_resource_key, id, run_number, attempt + 1, %(worker_id)s,
+           now() + %(lease_seconds)s * interval '1 second'
+    FROM candidate
+    WHERE execution_resource_key IS NOT NULL
+    ORDER BY execution_resource_key
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+),
+leased AS (
+    UPDATE runledger_job_queue job
+    SET status = 'LEASED',
+        attempt = job.attempt + 1,
+        worker_id = %(worker_id)s,
+        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
+        last_heartbeat_at = now(),
+        started_at = COALESCE(job.started_at, now()),
+        stage = 'running'
+    FROM candidate
+    WHERE job.id = candidate.id
+      AND (candidate.execution_resource_key IS NULL
+           OR candidate.id IN (SELECT job_id FROM acquired))
+    RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
+              job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
+              job.lease_expires_at, job.priority, job.next_run_at, job.created_at
+),
+attempt_row AS (
+    INSERT INTO runledger_job_attempts (
+        job_id, job_type, organization_id, run_number, attempt, worker_id
+    )
+    SELECT id, job_type, organization_id, run_number, attempt, %(worker_id)s FROM leased
+),
+event AS (
+    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt, 'LEASED', 'running',
+           jsonb_build_object('worker_id', %(worker_id)s::text,
+                              'lease_duration_seconds', %(lease_seconds)s::integer)
+    FROM leased
+)
+SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
+       timeout_seconds, checkpoint::text, now(), lease_expires_at
+FROM leased
+ORDER BY priority DESC, next_run_at, created_at, id
+"""
+
+# --- the lease fence ------------------------------------------------------------------------
+
+# The exact lease, without the expiry test: used to take the row lock. The expiry is tested
+# again (against clock_timestamp()) once the lock is held.
+_EXACT_LEASE: Final[LiteralString] = """
+    job.id = %(job_id)s AND job.run_number = %(run_number)s AND job.attempt = %(attempt)s
+    AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+    AND job.lease_expires_at IS NOT NULL
+"""
+
+_LIVE_LEASE: Final[LiteralString] = _EXACT_LEASE + " AND job.lease_expires_at > clock_timestamp()\n"
+
+# Renew many leases of one worker at once. Rows another session has locked (a handler holding
+# its own job row, a cancel in flight) are skipped, not waited for: the caller retries those
+# shortly, so one busy row never delays the heartbeats of the others. Each lease comes back
+# renewed, busy (still held, row locked elsewhere) or lost.
+HEARTBEAT_LEASES: Final[LiteralString] = """
+/* runledger:heartbeat_leases */
+WITH lease AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::uuid[], %(run_numbers)s::integer[], %(attempts)s::integer[])
+        AS lease(id, run_number, attempt)
+),
+locked AS MATERIALIZED (
+    SELECT job.id
+    FROM runledger_job_queue job
+    WHERE (job.id, job.run_number, job.attempt) IN (
+              SELECT id, run_number, attempt FROM lease)
+      AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+      AND job.lease_expires_at IS NOT NULL
+    FOR UPDATE OF job SKIP LOCKED
+),
+renewed AS (
+    UPDATE runledger_job_queue job
+    SET lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
+        last_heartbeat_at = now()
+    FROM locked
+    WHERE job.id = locked.id AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+      AND job.lease_expires_at > clock_timestamp()
+    RETURNING job.id, job.run_number, job.attempt, job.stage
+),
+event AS (
+    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt, 'HEARTBEAT', stage,
+           jsonb_build_object('worker_id', %(worker_id)s::text)
+    FROM renewed
+)
+SELECT lease.id,
+       renewed.id IS NOT NULL AS renewed,
+       renewed.id IS NULL AND locked.id IS NULL AND EXISTS (
+           SELECT 1 FROM runledger_job_queue job
+           WHERE job.id = lease.id AND job.run_number = lease.run_number
+             AND job.attempt = lease.attempt AND job.worker_id = %(worker_id)s
+             AND job.status = 'LEASED' AND job.lease_expires_at > clock_timestamp()
+       ) AS busy
+FROM lease
+LEFT JOIN renewed ON renewed.id = lease.id
+LEFT JOIN locked ON locked.id = lease.id
+"""
+
+# Progress, stage and checkpoint writes of a running handler (reference 4): waits for the row
+# lock (bounded by the caller's lock cap), merges the omitted fields with the stored ones,
+# and writes only when the merged progress is valid and the lease is still live. Returns
+# whether the lease matched, whether the merged progress is valid, and whether it wrote.
+UPDATE_PROGRESS: Final[LiteralString] = (
+    """
+/* runledger:update_job_progress */
+WITH locked AS MATERIALIZED (
+    SELECT job.id, job.progress_done, job.progress_total
+    FROM runledger_job_queue job
+    WHERE """
+    + _EXACT_LEASE
+    + """
+    FOR UPDATE
+),
+merged AS MATERIALIZED (
+    SELECT id,
+           COALESCE(CAST(%(progress_done)s AS bigint), progress_done) AS done,
+           COALESCE(CAST(%(progress_total)s AS bigint), progress_total) AS total
+    FROM locked
+),
+checked AS MATERIALIZED (
+    SELECT id, done, total,
+           (done IS NULL OR done >= 0) AND (total IS NULL OR total >= 0)
+               AND (done IS NULL OR total IS NULL OR done <= total) AS valid
+    FROM merged
+),
+updated AS (
+    UPDATE runledger_job_queue job
+    SET progress_done = checked.done,
+        progress_total = checked.total,
+        stage = COALESCE(CAST(%(stage)s AS text), job.stage),
+        checkpoint = CASE WHEN %(set_checkpoint)s THEN CAST(%(checkpoint)s AS jsonb)
+                          ELSE job.checkpoint END
+    FROM checked
+    WHERE job.id = checked.id AND checked.valid AND """
+    + _LIVE_LEASE
+    + """
+    RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
+              job.progress_total
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total
+    )
+    SELECT updated.id, updated.run_number, updated.attempt, kind.event_type, updated.stage,
+           updated.progress_done, updated.progress_total
+    FROM updated
+    CROSS JOIN LATERAL (
+        VALUES (1, 'STAGE_CHANGED', CAST(%(stage)s AS text) IS NOT NULL),
+               (2, 'PROGRESS', CAST(%(progress_done)s AS bigint) IS NOT NULL
+                               OR CAST(%(progress_total)s AS bigint) IS NOT NULL)
+    ) AS kind(position, event_type, wanted)
+    WHERE kind.wanted
+    ORDER BY kind.position
+)
+SELECT (SELECT count(*) FROM locked) AS matched,
+       COALESCE((SELECT bool_and(valid) FROM checked), true) AS valid,
+       (SELECT count(*) FROM updated) AS written
+"""
+)
+
+# --- outcomes -----------------------------------------------------------------------------
+
+# Success (reference 6): SUCCEEDED with the handler's output, the attempt closed, one event.
+COMPLETE_SUCCESS: Final[LiteralString] = (
+    """
+/* runledger:complete_job_success */
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM runledger_job_queue job
+    WHERE """
+    + _EXACT_LEASE
+    + """
+    FOR UPDATE
+),
+finished AS (
+    UPDATE runledger_job_queue job
+    SET status = 'SUCCEEDED',
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = now(),
+        stage = 'completed',
+        output = CAST(%(output)s AS jsonb),
+        status_reason = NULL,
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM locked
+    WHERE job.id = locked.id AND """
+    + _LIVE_LEASE
+    + """
+    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
+              job.finished_at
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(), outcome = 'SUCCEEDED'
+    FROM finished
+    WHERE attempt_row.job_id = finished.id AND attempt_row.run_number = finished.run_number
+      AND attempt_row.attempt = finished.attempt
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total
+    )
+    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total
+    FROM finished
+)
+SELECT finished_at FROM finished
+"""
+)
+
+# Failure (reference 7): retry at the handler's requested time or the policy backoff, or
+# dead-letter when the kind is not retryable or the attempts are spent. The disposition is
+# decided under the row lock from the stored attempt and max_attempts, on the database clock.
+COMPLETE_FAILURE: Final[LiteralString] = (
+    """
+/* runledger:complete_job_failure */
+WITH locked AS MATERIALIZED (
+    SELECT job.id, job.attempt >= job.max_attempts AS exhausted
+    FROM runledger_job_queue job
+    WHERE """
+    + _EXACT_LEASE
+    + """
+    FOR UPDATE
+),
+decided AS MATERIALIZED (
+    SELECT locked.id,
+           NOT %(retryable)s OR locked.exhausted AS dead,
+           CASE WHEN NOT %(retryable)s THEN 'FAILURE_KIND_NON_RETRYABLE'
+                WHEN locked.exhausted THEN 'ATTEMPTS_EXHAUSTED' END AS dead_reason,
+           clock_timestamp()
+               + CAST(%(policy_retry_delay_ms)s AS integer) * interval '1 millisecond'
+               AS policy_next,
+           CASE WHEN CAST(%(retry_after_ms)s AS bigint) IS NOT NULL
+                THEN clock_timestamp()
+                     + CAST(%(retry_after_ms)s AS bigint) * interval '1 millisecond'
+                ELSE CAST(%(retry_at)s AS timestamptz) END AS requested
+    FROM locked
+),
+moved AS (
+    UPDATE runledger_job_queue job
+    SET status = CASE WHEN decided.dead THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = CASE WHEN decided.dead THEN now() ELSE job.finished_at END,
+        next_run_at = CASE WHEN decided.dead THEN job.next_run_at
+                           ELSE COALESCE(decided.requested, decided.policy_next) END,
+        output = NULL,
+        status_reason = %(kind)s,
+        last_error_code = %(code)s,
+        last_error_message = %(message)s
+    FROM decided
+    WHERE job.id = decided.id AND """
+    + _LIVE_LEASE
+    + """
+    RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
+              job.progress_done, job.progress_total, decided.dead, decided.dead_reason,
+              decided.requested
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(),
+        outcome = CASE WHEN moved.dead THEN 'DEAD_LETTERED' ELSE 'RETRY_SCHEDULED' END,
+        failure_kind = %(kind)s,
+        error_code = %(code)s,
+        error_message = %(message)s,
+        error_class = %(error_class)s,
+        error_traceback = %(traceback)s,
+        retry_delay_ms = CASE WHEN moved.dead THEN NULL
+                              ELSE CAST(%(policy_retry_delay_ms)s AS integer) END,
+        requested_retry_not_before = CASE WHEN moved.dead THEN NULL ELSE moved.requested END,
+        effective_next_run_at = CASE WHEN moved.dead THEN NULL ELSE moved.next_run_at END,
+        retry_timing_source = CASE WHEN moved.dead THEN NULL
+                                   WHEN moved.requested IS NOT NULL THEN 'HANDLER_NOT_BEFORE'
+                                   ELSE 'POLICY' END
+    FROM moved
+    WHERE attempt_row.job_id = moved.id AND attempt_row.run_number = moved.run_number
+      AND attempt_row.attempt = moved.attempt
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT moved.id, moved.run_number, moved.attempt, kind.event_type, moved.stage,
+           moved.progress_done, moved.progress_total, kind.payload
+    FROM moved
+    CROSS JOIN LATERAL (
+        VALUES
+            (1, 'FAILED',
+             jsonb_build_object('kind', CAST(%(kind)s AS text),
+                                'error_code', CAST(%(code)s AS text),
+                                'error_message', CAST(%(message)s AS text))),
+            (2, CASE WHEN moved.dead THEN 'DEAD_LETTERED' ELSE 'RETRY_SCHEDULED' END,
+             CASE WHEN moved.dead
+                  THEN jsonb_build_object('kind', CAST(%(kind)s AS text),
+                                          'error_code', CAST(%(code)s AS text),
+                                          'reason', moved.dead_reason)
+                  ELSE jsonb_strip_nulls(jsonb_build_object(
+                      'retry_delay_ms', CAST(%(policy_retry_delay_ms)s AS integer),
+                      'requested_retry_not_before', moved.requested,
+                      'retry_timing_source',
+                          CASE WHEN moved.requested IS NOT NULL THEN 'HANDLER_NOT_BEFORE'
+                               ELSE 'POLICY' END,
+                      'next_run_at', moved.next_run_at)) END)
+    ) AS kind(position, event_type, payload)
+    ORDER BY moved.id, kind.position
+)
+SELECT status, next_run_at FROM moved
+"""
+)
+
+# Hand leases back (worker shutdown or a stuck worker): the jobs are due again at once and the
+# interrupted attempt stays on record; it is not a failure, so it never dead-letters a job.
+HAND_BACK_LEASES: Final[LiteralString] = """
+/* runledger:hand_back_leases */
+WITH lease AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::uuid[], %(run_numbers)s::integer[], %(attempts)s::integer[])
+        AS lease(id, run_number, attempt)
+),
+locked AS MATERIALIZED (
+    SELECT job.id
+    FROM runledger_job_queue job
+    WHERE (job.id, job.run_number, job.attempt) IN (
+              SELECT id, run_number, attempt FROM lease)
+      AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+    ORDER BY job.id
+    FOR UPDATE OF job
+),
+released AS (
+    UPDATE runledger_job_queue job
+    SET status = 'PENDING',
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        next_run_at = now(),
+        output = NULL,
+        status_reason = %(reason)s
+    FROM locked
+    WHERE job.id = locked.id AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+    RETURNING job.id, job.run_number, job.attempt, job.stage
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(), outcome = 'INTERRUPTED'
+    FROM released
+    WHERE attempt_row.job_id = released.id AND attempt_row.run_number = released.run_number
+      AND attempt_row.attempt = released.attempt
+),
+event AS (
+    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt, 'REQUEUED', stage,
+           jsonb_build_object('reason', CAST(%(reason)s AS text), 'requeue_kind', 'BASIC')
+    FROM released
+)
+SELECT id FROM released
+"""
+
+# --- the reaper ------------------------------------------------------------------------------
+
+# Expired leases of the given types (reference 10): retried after a flat delay, or dead-lettered
+# when the attempts are spent. SKIP LOCKED passes over rows a late worker is still writing.
+# ``only_job_id`` restricts the pass to one row (the per-row fallback after a failed batch).
+REAP_EXPIRED_LEASES: Final[LiteralString] = """
+/* runledger:reap_expired_leases */
+WITH expired AS MATERIALIZED (
+    SELECT job.id, job.attempt >= job.max_attempts AS dead, job.stage,
+           job.last_heartbeat_at, attempt_row.leased_at
+    FROM runledger_job_queue job
+    LEFT JOIN runledger_job_attempts attempt_row
+      ON attempt_row.job_id = job.id AND attempt_row.run_number = job.run_number
+     AND attempt_row.attempt = job.attempt
+    WHERE job.status = 'LEASED' AND job.lease_expires_at < now()
+      AND job.job_type = ANY(%(job_types)s::text[])
+      AND (CAST(%(only_job_id)s AS uuid) IS NULL OR job.id = CAST(%(only_job_id)s AS uuid))
+    ORDER BY job.lease_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE OF job SKIP LOCKED
+),
+moved AS (
+    UPDATE runledger_job_queue job
+    SET status = CASE WHEN expired.dead THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = CASE WHEN expired.dead THEN now() ELSE job.finished_at END,
+        next_run_at = CASE WHEN expired.dead THEN job.next_run_at
+                           ELSE now() + %(retry_delay_ms)s * interval '1 millisecond' END,
+        output = NULL,
+        status_reason = 'LEASE_EXPIRED',
+        last_error_code = 'job.lease_expired',
+        last_error_message = 'Job lease expired before completion.'
+    FROM expired
+    WHERE job.id = expired.id AND job.status = 'LEASED'
+    RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
+              job.progress_done, job.progress_total, expired.dead,
+              expired.stage = 'running' AND (expired.last_heartbeat_at IS NULL
+                                             OR expired.last_heartbeat_at <= expired.leased_at)
+                  AS started_without_renewal_heartbeat
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(),
+        outcome = CASE WHEN moved.dead THEN 'DEAD_LETTERED' ELSE 'RETRY_SCHEDULED' END,
+        failure_kind = 'LEASE_EXPIRED',
+        error_code = 'job.lease_expired',
+        error_message = 'Job lease expired before completion.',
+        retry_delay_ms = CASE WHEN moved.dead THEN NULL ELSE %(retry_delay_ms)s END,
+        effective_next_run_at = CASE WHEN moved.dead THEN NULL ELSE moved.next_run_at END,
+        retry_timing_source = CASE WHEN moved.dead THEN NULL ELSE 'POLICY' END
+    FROM moved
+    WHERE attempt_row.job_id = moved.id AND attempt_row.run_number = moved.run_number
+      AND attempt_row.attempt = moved.attempt
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT moved.id, moved.run_number, moved.attempt, kind.event_type, moved.stage,
+           moved.progress_done, moved.progress_total, kind.payload
+    FROM moved
+    CROSS JOIN LATERAL (
+        VALUES
+            (1, 'FAILED',
+             jsonb_build_object('kind', 'LEASE_EXPIRED', 'error_code', 'job.lease_expired',
+                                'error_message', 'Job lease expired before completion.',
+                                'started_without_renewal_heartbeat',
+                                moved.started_without_renewal_heartbeat)),
+            (2, CASE WHEN moved.dead THEN 'DEAD_LETTERED' ELSE 'RETRY_SCHEDULED' END,
+             CASE WHEN moved.dead
+                  THEN jsonb_build_object('kind', 'LEASE_EXPIRED',
+                                          'error_code', 'job.lease_expired',
+                                          'reason', 'LEASE_EXPIRED',
+                                          'started_without_renewal_heartbeat',
+                                          moved.started_without_renewal_heartbeat)
+                  ELSE jsonb_build_object('kind', 'LEASE_EXPIRED',
+                                          'retry_delay_ms', %(retry_delay_ms)s,
+                                          'next_run_at', moved.next_run_at,
+                                          'started_without_renewal_heartbeat',
+                                          moved.started_without_renewal_heartbeat) END)
+    ) AS kind(position, event_type, payload)
+    ORDER BY moved.id, kind.position
+)
+SELECT id, status, next_run_at FROM moved
+"""
+
+# The expired leases a failed batch covered, for the per-row fallback (no lock: each row is
+# retried in its own savepoint, which locks it).
+EXPIRED_LEASE_IDS: Final[LiteralString] = """
+SELECT id FROM runledger_job_queue
+WHERE status = 'LEASED' AND lease_expires_at < now()
+  AND job_type = ANY(%(job_types)s::text[])
+ORDER BY lease_expires_at
+LIMIT %(limit)s
+"""
+
+# A row the reaper could not move: push its lease forward so it stops heading every batch.
+DEFER_EXPIRED_LEASE: Final[LiteralString] = """
+UPDATE runledger_job_queue
+SET lease_expires_at = now() + %(retry_delay_ms)s * interval '1 millisecond'
+WHERE id = %(job_id)s AND status = 'LEASED' AND lease_expires_at < now()
+"""
+
+# Claims no live lease owns any more: a cancelled lease past its old expiry, or a row whose job
+# left that exact lease by a path the triggers did not see (reference 10.3). A LEASED job
+# whose lease merely expired keeps its claim until the reaper moves the job.
+RELEASE_STALE_RESOURCE_CLAIMS: Final[LiteralString] = """
+/* runledger:release_stale_resource_claims */
+DELETE FROM runledger_job_execution_resource_claims claim
+WHERE claim.resource_key IN (
+    SELECT stale.resource_key
+    FROM runledger_job_execution_resource_claims stale
+    WHERE (stale.release_after <= clock_timestamp()
+           OR stale.lease_expires_at <= clock_timestamp())
+      AND NOT EXISTS (
+          SELECT 1 FROM runledger_job_queue job
+          WHERE job.id = stale.job_id AND job.status = 'LEASED'
+            AND job.run_number = stale.run_number AND job.attempt = stale.attempt
+            AND job.worker_id = stale.worker_id
+      )
+    ORDER BY COALESCE(stale.release_after, stale.lease_expires_at)
+    LIMIT %(limit)s
+    FOR UPDATE OF stale SKIP LOCKED
+)
+RETURNING claim.resource_key
+"""
+
+# --- operator actions (reference 11) ------------------------------------------------------------
+
+# A scope is an id lookup plus this predicate: the primary key does the work, so one text
+# serves every scope.
+_JOB_IN_SCOPE: Final[LiteralString] = """
+    job.id = %(job_id)s
+    AND (%(admin)s OR job.organization_id IS NOT DISTINCT FROM %(organization_id)s)
+"""
+
+# Cancel a PENDING or LEASED job. The lease expiry stays as the quiescence marker: a handler
+# still running is fenced at its next write, and a keyed resource stays held until then.
+CANCEL_JOB: Final[LiteralString] = (
+    """
+/* runledger:cancel_job */
+WITH canceled AS (
+    UPDATE runledger_job_queue job
+    SET status = 'CANCELED',
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = now(),
+        output = NULL,
+        status_reason = 'CANCELED'
+    WHERE """
+    + _JOB_IN_SCOPE
+    + """ AND job.status IN ('PENDING', 'LEASED')
+    RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
+              job.progress_total,
+              CASE WHEN job.lease_expires_at > clock_timestamp() THEN job.lease_expires_at
+                   END AS lease_quiesces_at
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(), outcome = 'CANCELED'
+    FROM canceled
+    WHERE attempt_row.job_id = canceled.id AND attempt_row.run_number = canceled.run_number
+      AND attempt_row.attempt = canceled.attempt AND attempt_row.finished_at IS NULL
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT id, run_number, NULLIF(attempt, 0), 'CANCELED', stage, progress_done,
+           progress_total,
+           jsonb_strip_nulls(jsonb_build_object('reason', 'CANCELED',
+                                                'lease_quiesces_at', lease_quiesces_at))
+    FROM canceled
+)
+SELECT 'CANCELED' FROM canceled
+"""
+)
+
+# Put a DEAD_LETTERED or CANCELED job back to PENDING with a fresh attempt budget: a new run
+# number, attempt 0, due now. Progress and checkpoint are kept, so a handler can resume. A
+# cancelled job whose old lease is still live is left alone (its handler may still run).
+REQUEUE_JOB: Final[LiteralString] = (
+    """
+/* runledger:requeue_job */
+WITH target AS MATERIALIZED (
+    SELECT job.id, job.status, job.run_number,
+           job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp()
+               AS not_quiesced
+    FROM runledger_job_queue job
+    WHERE """
+    + _JOB_IN_SCOPE
+    + """
+    FOR NO KEY UPDATE
+),
+requeued AS (
+    UPDATE runledger_job_queue job
+    SET status = 'PENDING',
+        run_number = job.run_number + 1,
+        attempt = 0,
+        stage = 'queued',
+        next_run_at = now(),
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        started_at = NULL,
+        finished_at = NULL,
+        output = NULL,
+        status_reason = 'REQUEUED',
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM target
+    WHERE job.id = target.id AND target.status IN ('DEAD_LETTERED', 'CANCELED')
+      AND NOT target.not_quiesced
+    RETURNING job.id, job.run_number, job.stage, job.progress_done, job.progress_total,
+              target.run_number AS previous_run_number, target.status AS previous_status
+),
+released AS (
+    DELETE FROM runledger_job_execution_resource_claims claim
+    USING requeued
+    WHERE claim.job_id = requeued.id
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT id, previous_run_number, 'REQUEUED', stage, progress_done, progress_total,
+           jsonb_build_object('reason', 'REQUEUED', 'previous_status', previous_status,
+                              'next_run_number', run_number,
+                              'state_policy', 'preserve_progress_and_checkpoint',
+                              'requeue_kind', 'COMPARE_AND_REQUEUE')
+    FROM requeued
+)
+SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL
+FROM target LEFT JOIN requeued ON requeued.id = target.id
+"""
+)
+
+# The status of one job in a scope (to tell "not found" from "wrong state").
+JOB_STATUS_IN_SCOPE: Final[LiteralString] = (
+    "SELECT job.status FROM runledger_job_queue job WHERE " + _JOB_IN_SCOPE
+)
+
+# --- wake-ups ----------------------------------------------------------------------------------
+
+# A worker's listening connection subscribes to the channels services/wakeup.py notifies.
+LISTEN_JOBS: Final[LiteralString] = "LISTEN runledger_jobs"
+LISTEN_INTENTS: Final[LiteralString] = "LISTEN runledger_intents"

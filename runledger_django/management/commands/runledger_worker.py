@@ -1,0 +1,147 @@
+"""``manage.py runledger_worker``: run the jobs of registered handlers until stopped."""
+
+from __future__ import annotations
+
+import json
+import threading
+from argparse import ArgumentParser
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ...conf import conf
+from ...domain import WorkReport
+from ...worker.execution import JobRun
+from ...worker.registry import autodiscover, registry
+from ...worker.run import handled_job_types
+from ...worker.runtime import EXIT_OK, Worker, WorkerConfig
+from .. import cli
+
+
+class Command(BaseCommand):
+    help = (
+        "Run jobs with the handlers registered by @job_handler in the jobs.py modules of "
+        "installed apps. SIGTERM or SIGINT: claim nothing more, let running handlers finish "
+        "within --grace seconds, hand the rest back, exit 0 (a second signal: hand back now)."
+    )
+
+    def add_arguments(self, parser: ArgumentParser) -> None:
+        parser.add_argument(
+            "--job-type",
+            action="append",
+            type=cli.job_type,
+            default=None,
+            metavar="JOB_TYPE",
+            help="Run this job type (repeatable). Default: every registered job type.",
+        )
+        parser.add_argument(
+            "--concurrency",
+            type=cli.concurrency,
+            default=1,
+            help="Handler threads, each with its own database connection (default 1).",
+        )
+        parser.add_argument(
+            "--promote",
+            action="store_true",
+            help="Also promote pending enqueue intents of these job types (the whole pipeline "
+            "in one process).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Run what is due now (promoting first with --promote), then exit.",
+        )
+        parser.add_argument(
+            "--grace",
+            type=cli.seconds,
+            default=None,
+            metavar="SECONDS",
+            help="On SIGTERM, how long running handlers may take to finish before their jobs "
+            "are handed back. Default: RUNLEDGER['WORKER_GRACE_SECONDS'].",
+        )
+        parser.add_argument(
+            "--json",
+            action="store_true",
+            help="Print one JSON object per finished attempt (job_id, job_type, outcome, ...).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        verbosity: int = options["verbosity"]
+        as_json: bool = options["json"]
+        autodiscover()
+        with cli.runledger_errors():
+            job_types = handled_job_types(options["job_type"])
+        if not job_types:
+            raise CommandError(
+                "No job handlers are registered: decorate functions with @job_handler in a "
+                "jobs.py module of an installed app."
+            )
+        config = WorkerConfig(
+            job_types=job_types,
+            concurrency=options["concurrency"],
+            promote=options["promote"],
+            burst=options["burst"],
+            lease_seconds=conf.LEASE_SECONDS,
+            grace_seconds=conf.WORKER_GRACE_SECONDS
+            if options["grace"] is None
+            else options["grace"],
+            poll_interval=conf.WORKER_POLL_INTERVAL,
+            reaper_interval=conf.REAPER_INTERVAL_SECONDS,
+            outage_limit=conf.OUTAGE_LIMIT_SECONDS,
+            listen=conf.WORKER_LISTEN,
+            promotion_batch_size=conf.PROMOTION_BATCH_SIZE,
+        )
+        progress = cli.Progress(self.stdout, verbosity=0 if as_json else verbosity)
+        out_lock = threading.Lock()
+        totals = {"succeeded": 0, "retried": 0, "dead_lettered": 0, "lease_lost": 0}
+
+        def on_run(run: JobRun) -> None:
+            with out_lock:
+                if run.outcome in totals:
+                    totals[run.outcome] += 1
+                if as_json:
+                    self.stdout.write(json.dumps(run.to_dict()))
+                    self.stdout.flush()
+                    return
+                progress.update(
+                    _live(totals),
+                    f"{run.job_type} {run.job_id} attempt {run.attempt}: "
+                    f"{run.outcome.replace('_', ' ')}"
+                    + (f" ({run.error_code})" if run.error_code else ""),
+                )
+
+        if verbosity >= 1:
+            (self.stderr if as_json else self.stdout).write(
+                f"runledger worker {config.worker_id}: {len(job_types)} job types, "
+                f"concurrency {config.concurrency}"
+                + (", promoting intents" if config.promote else "")
+                + (", burst" if config.burst else "")
+            )
+        stop = cli.StopEvent()
+        force = cli.StopEvent()
+        worker = Worker(config, registry, stop=stop, force=force, on_run=on_run)
+        with cli.runledger_errors(), cli.log_level_from_verbosity(verbosity):
+            with cli.stop_on_signals(stop, force):
+                try:
+                    result = worker.run()
+                finally:
+                    with out_lock:
+                        progress.done()
+        if verbosity >= 1 and not as_json:
+            self.stdout.write(f"{_summary(result.report)}; {result.reason}.")
+        if result.exit_code != EXIT_OK:
+            raise CommandError(result.reason, returncode=result.exit_code)
+
+
+def _live(totals: dict[str, int]) -> str:
+    return (
+        f"succeeded {totals['succeeded']}, retried {totals['retried']}, dead-lettered "
+        f"{totals['dead_lettered']}, lease lost {totals['lease_lost']}"
+    )
+
+
+def _summary(report: WorkReport) -> str:
+    return (
+        f"Claimed {report.claimed} jobs: {report.succeeded} succeeded, {report.retried} "
+        f"retried, {report.dead_lettered} dead-lettered, {report.lease_lost} lease lost"
+    )

@@ -1,0 +1,277 @@
+"""Worker-side writes to a leased job: heartbeats, progress, success, failure and hand-back.
+
+Every function here is fenced by the exact lease (reference 2): a write from a worker that no
+longer holds the job, or whose lease expired (even while it waited for the row lock), changes
+nothing and raises ``job.lease_owner_mismatch``. Each is one statement under the lifecycle
+caps (5 s lock waits, 30 s in all), with times from the database clock.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import Any
+
+from ..db import job_queries
+from ..domain import FailureKind, FailureOutcome, HeartbeatResult, JobFailure, JobLease, JobStatus
+from ..errors import Code, RunledgerError
+from ..validation import INT32_MAX, aware_utc, encode_payload, is_blank
+from ._lease import (
+    DEFAULT_USING,
+    lease_mismatch,
+    lease_params,
+    leases_params,
+    transition,
+    validate_lease,
+    validate_lease_seconds,
+)
+
+STAGE_MAX_BYTES = 255
+INT64_MAX = 2**63 - 1
+
+_UNSET: Any = object()
+
+
+def heartbeat_leases(
+    leases: Sequence[JobLease], *, lease_seconds: int, using: str = DEFAULT_USING
+) -> HeartbeatResult:
+    """Extend many leases of one worker to ``now() + lease_seconds`` (reference 5).
+
+    A lease whose row another session holds locked is reported ``busy`` rather than waited
+    for; retry it shortly. A ``lost`` lease is no longer this worker's: stop writing to it.
+
+    Transaction: one statement, its own transaction (or the caller's atomic block).
+    """
+    seconds = validate_lease_seconds(lease_seconds)
+    params = leases_params(leases)
+    if not params["job_ids"]:
+        return HeartbeatResult(renewed=frozenset(), busy=frozenset(), lost=frozenset())
+    rows = transition(
+        using,
+        job_queries.HEARTBEAT_LEASES,
+        {**params, "lease_seconds": seconds},
+        context="heartbeat job leases",
+    )
+    renewed = frozenset(row[0] for row in rows if row[1])
+    busy = frozenset(row[0] for row in rows if row[2])
+    lost = frozenset(row[0] for row in rows if not row[1] and not row[2])
+    return HeartbeatResult(renewed=renewed, busy=busy, lost=lost)
+
+
+def _progress_value(value: object, field: str) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= INT64_MAX:
+        raise RunledgerError.for_code(
+            Code.INVALID_PROGRESS, f"{field} must be a non-negative 64-bit int"
+        )
+    return value
+
+
+def validate_stage_text(value: object) -> str:
+    """A handler's stage: any non-blank text that fits an index entry."""
+    if (
+        not isinstance(value, str)
+        or is_blank(value)
+        or "\x00" in value
+        or len(value.encode("utf-8", "surrogatepass")) > STAGE_MAX_BYTES
+    ):
+        raise RunledgerError.for_code(
+            Code.INVALID_STAGE, f"stage must be 1 to {STAGE_MAX_BYTES} bytes of non-blank text"
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RunledgerError.for_code(Code.INVALID_STAGE, "stage has a lone surrogate") from None
+    return value
+
+
+def encode_json_value(value: object, code: Code) -> str:
+    """JSON text for a checkpoint or an output, or ``code`` when it is not JSON-native."""
+    try:
+        return encode_payload(value)
+    except RunledgerError as error:
+        raise RunledgerError.for_code(code, error.internal_message) from None
+
+
+def update_job_progress(
+    lease: JobLease,
+    *,
+    progress_done: int | None = None,
+    progress_total: int | None = None,
+    stage: str | None = None,
+    checkpoint: Any = _UNSET,
+    using: str = DEFAULT_USING,
+) -> None:
+    """Write progress, stage and checkpoint of a running job (reference 4).
+
+    Omitted values keep what is stored; the merged progress must have done <= total. A stage
+    writes a STAGE_CHANGED event and progress a PROGRESS event; a checkpoint alone writes none.
+    ``checkpoint=None`` stores JSON null (it is a value; omit it to keep the stored one).
+
+    Transaction: one statement (inside the caller's atomic block it joins it, so a checkpoint
+    can commit with the handler's own writes).
+
+    Raises:
+        RunledgerError: ``job.invalid_progress``, ``job.invalid_stage``,
+            ``job.invalid_checkpoint`` before any SQL; ``job.invalid_progress`` when the merged
+            values are inconsistent; ``job.lease_owner_mismatch``.
+    """
+    checked = validate_lease(lease)
+    done = _progress_value(progress_done, "progress_done")
+    total = _progress_value(progress_total, "progress_total")
+    if done is not None and total is not None and done > total:
+        raise RunledgerError.for_code(Code.INVALID_PROGRESS, "progress_done exceeds progress_total")
+    stage_text = None if stage is None else validate_stage_text(stage)
+    set_checkpoint = checkpoint is not _UNSET
+    checkpoint_text = (
+        encode_json_value(checkpoint, Code.INVALID_CHECKPOINT) if set_checkpoint else None
+    )
+    rows = transition(
+        using,
+        job_queries.UPDATE_PROGRESS,
+        {
+            **lease_params(checked),
+            "progress_done": done,
+            "progress_total": total,
+            "stage": stage_text,
+            "set_checkpoint": set_checkpoint,
+            "checkpoint": checkpoint_text,
+        },
+        context="update job progress",
+    )
+    matched, valid, written = rows[0]
+    if matched and not valid:
+        raise RunledgerError.for_code(
+            Code.INVALID_PROGRESS, f"job {checked.job_id} merged progress is inconsistent"
+        )
+    if not written:
+        raise lease_mismatch(checked)
+
+
+def complete_job_success(
+    lease: JobLease, *, output: Any = None, using: str = DEFAULT_USING
+) -> dt.datetime:
+    """Mark a leased job SUCCEEDED with ``output`` (JSON-native; None stores nothing).
+
+    Returns the finish time (database clock).
+
+    Transaction: one statement, its own transaction (or the caller's atomic block).
+
+    Raises:
+        RunledgerError: ``job.invalid_output`` before any SQL; ``job.lease_owner_mismatch``.
+    """
+    checked = validate_lease(lease)
+    output_text = None if output is None else encode_json_value(output, Code.INVALID_OUTPUT)
+    rows = transition(
+        using,
+        job_queries.COMPLETE_SUCCESS,
+        {**lease_params(checked), "output": output_text},
+        context="complete job",
+    )
+    if not rows:
+        raise lease_mismatch(checked)
+    finished_at: dt.datetime = rows[0][0]
+    return finished_at
+
+
+def _retry_timing(failure: JobFailure) -> tuple[int | None, int | None, dt.datetime | None]:
+    """The policy delay and the handler's request, checked (reference 7.3)."""
+    policy = failure.policy_retry_delay_ms
+    if type(policy) is not int or not 0 < policy <= INT32_MAX:
+        raise RunledgerError.for_code(
+            Code.INVALID_RETRY_TIMING, "a retryable failure needs a positive policy delay"
+        )
+    after = failure.retry_after_ms
+    if after is not None and (type(after) is not int or not 0 <= after <= INT32_MAX):
+        raise RunledgerError.for_code(
+            Code.INVALID_RETRY_TIMING, "retry_after_ms must be 0 to 2**31-1 milliseconds"
+        )
+    if after == 0:
+        after = None  # "retry after no time at all" leaves the policy in charge
+    at = None
+    if failure.retry_at is not None:
+        at = aware_utc(failure.retry_at, Code.INVALID_RETRY_TIMING, "retry_at")
+    return policy, after, at
+
+
+def complete_job_failure(
+    lease: JobLease, failure: JobFailure, *, using: str = DEFAULT_USING
+) -> FailureOutcome:
+    """Record a failed attempt: retry it, or dead-letter the job (reference 7).
+
+    A TERMINAL or PANICKED failure dead-letters at once; so does any failure of the last
+    allowed attempt. Otherwise the job is PENDING again at the handler's requested time
+    (``retry_after_ms`` or ``retry_at``) or, without one, after the policy delay. Retry timing
+    is neither checked nor used when the job dead-letters.
+
+    Transaction: one statement, its own transaction (or the caller's atomic block).
+
+    Raises:
+        RunledgerError: ``job.invalid_retry_timing`` (retryable kinds) or
+            ``job.invalid_argument`` before any SQL; ``job.lease_owner_mismatch``.
+    """
+    checked = validate_lease(lease)
+    if not isinstance(failure, JobFailure):
+        raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "expected a JobFailure")
+    kind = FailureKind(failure.kind)
+    policy: int | None = None
+    after: int | None = None
+    at: dt.datetime | None = None
+    if kind.is_retryable:
+        policy, after, at = _retry_timing(failure)
+    rows = transition(
+        using,
+        job_queries.COMPLETE_FAILURE,
+        {
+            **lease_params(checked),
+            "retryable": kind.is_retryable,
+            "kind": kind.value,
+            "code": _text(failure.code, "job.handler_failed"),
+            "message": _text(failure.message, "Job failed."),
+            "error_class": failure.error_class,
+            "traceback": failure.traceback,
+            "policy_retry_delay_ms": policy,
+            "retry_after_ms": after,
+            "retry_at": at,
+        },
+        context="fail job",
+    )
+    if not rows:
+        raise lease_mismatch(checked)
+    status, next_run_at = rows[0]
+    job_status = JobStatus(status)
+    return FailureOutcome(
+        status=job_status,
+        next_run_at=next_run_at if job_status == JobStatus.PENDING else None,
+    )
+
+
+def _text(value: object, fallback: str) -> str:
+    """Stored error text: never blank, never NUL (PostgreSQL text cannot hold it)."""
+    text = value if isinstance(value, str) else ""
+    text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
+    return text if text.strip() else fallback
+
+
+def hand_back_leases(
+    leases: Sequence[JobLease], *, reason: str, using: str = DEFAULT_USING
+) -> set[Any]:
+    """Return leased jobs to PENDING, due now, without spending their attempt.
+
+    For a worker that stops (or is stuck) with handlers unfinished: the attempt is closed as
+    INTERRUPTED, never as a failure, so a deploy cannot dead-letter a job. Returns the ids
+    handed back; a lease the worker no longer holds is skipped.
+
+    Transaction: one statement, its own transaction (or the caller's atomic block).
+    """
+    params = leases_params(leases)
+    if not params["job_ids"]:
+        return set()
+    rows = transition(
+        using,
+        job_queries.HAND_BACK_LEASES,
+        {**params, "reason": _text(reason, "WORKER_STOPPED")},
+        context="hand back job leases",
+    )
+    return {row[0] for row in rows}

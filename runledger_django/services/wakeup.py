@@ -1,0 +1,69 @@
+"""Wake-up notifications: tell idle workers (and promoters) that work became due.
+
+A NOTIFY inside the caller's transaction would serialise every committing transaction that
+sent one on PostgreSQL's notification queue lock, so it is sent after the commit, on the same
+connection, as a tiny transaction of its own that does not wait for a WAL flush. Sends are
+coalesced per process and channel: a burst of commits costs one notification, and a listener
+that was woken keeps looking for a moment (see the worker), so nothing waits for the poll.
+Notifications are an optimisation only: workers poll as well, so a lost one costs at most one
+poll interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from functools import partial
+
+from django.db import DatabaseError, connections, transaction
+
+from ..conf import conf
+from ..db import job_queries
+
+logger = logging.getLogger(__name__)
+
+JOBS_CHANNEL = "runledger_jobs"
+"""Jobs became due: enqueued, promoted, requeued or handed back."""
+INTENTS_CHANNEL = "runledger_intents"
+"""Intents were recorded: promoters have work."""
+
+COALESCE_SECONDS = 0.005
+"""At most one notification per channel and process in this window."""
+
+_last_sent: dict[tuple[str, str], float] = {}
+_lock = threading.Lock()
+
+
+def wake_after_commit(using: str, channel: str) -> None:
+    """Notify ``channel`` once the current transaction commits (now, in autocommit mode).
+
+    Under manual transaction management (autocommit off, no atomic block) there is no commit
+    hook to use, so nothing is sent and the pollers pick the work up.
+    """
+    if not conf.WAKEUP_NOTIFY:
+        return
+    connection = connections[using]
+    if connection.in_atomic_block:
+        transaction.on_commit(partial(_send, using, channel), using=using, robust=True)
+    elif connection.get_autocommit():
+        _send(using, channel)
+
+
+def _send(using: str, channel: str) -> None:
+    now = time.monotonic()
+    key = (using, channel)
+    with _lock:
+        last = _last_sent.get(key)
+        if last is not None and now - last < COALESCE_SECONDS:
+            return
+        _last_sent[key] = now
+    connection = connections[using]
+    if connection.in_atomic_block or not connection.get_autocommit():
+        return  # an on_commit callback that runs inside a later transaction of the caller's
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(job_queries.NOTIFY, {"channel": channel})
+    except DatabaseError as exc:
+        # The caller's work is committed; a lost wake-up only costs a poll interval.
+        logger.debug("wake-up notification failed: %s", type(exc).__name__)

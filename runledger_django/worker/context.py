@@ -1,0 +1,112 @@
+"""``JobContext``: what a handler gets, and its writes to the job behind the lease fence."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from ..errors import Code, RunledgerError
+from ..services._lease import lease_mismatch
+from ..services.lifecycle import heartbeat_leases, update_job_progress
+
+if TYPE_CHECKING:
+    from .execution import Execution
+
+
+class JobContext:
+    """The job a handler runs, and the only way it writes to that job.
+
+    Every write is fenced by the lease: once the worker no longer holds the job (it was
+    cancelled, its lease expired and was reaped, or its deadline passed) a write raises
+    ``RunledgerError`` (``job.lease_owner_mismatch``, or ``job.timeout_exceeded`` past the
+    deadline) and nothing is written; the handler's result will be discarded too, so it may
+    as well stop. Inside the handler's own ``transaction.atomic()`` block a write joins that
+    transaction, so a checkpoint can commit together with the work it records.
+    """
+
+    def __init__(self, execution: Execution, *, using: str) -> None:
+        claimed = execution.claimed
+        self._execution = execution
+        self._using = using
+        self.job_id: uuid.UUID = claimed.lease.job_id
+        self.job_type: str = claimed.job_type
+        self.organization_id: uuid.UUID | None = claimed.organization_id
+        self.payload: Any = claimed.payload
+        """The job's payload, decoded from JSON."""
+        self.attempt: int = claimed.lease.attempt
+        """1 on the first run of this run number."""
+        self.max_attempts: int = claimed.max_attempts
+        self.run_number: int = claimed.lease.run_number
+        self.worker_id: str = claimed.lease.worker_id
+        self.checkpoint: Any = claimed.checkpoint
+        """The last saved checkpoint (from an earlier attempt too), or None."""
+        self.deadline: dt.datetime = claimed.deadline
+        """When the attempt times out (database clock): ``timeout_seconds`` after the claim."""
+
+    def __repr__(self) -> str:
+        return (
+            f"JobContext(job_id={self.job_id}, job_type={self.job_type!r}, "
+            f"attempt={self.attempt}, run_number={self.run_number})"
+        )
+
+    @property
+    def remaining(self) -> dt.timedelta:
+        """Time left before the deadline (never negative)."""
+        return dt.timedelta(seconds=max(0.0, self._execution.deadline - time.monotonic()))
+
+    def _check(self) -> None:
+        if self._execution.lost.is_set():
+            raise lease_mismatch(self._execution.lease)
+        if time.monotonic() >= self._execution.deadline:
+            raise RunledgerError.for_code(
+                Code.TIMEOUT_EXCEEDED, f"job {self.job_id} passed its deadline"
+            )
+
+    def _refused(self, error: RunledgerError) -> RunledgerError:
+        if error.code == Code.LEASE_OWNER_MISMATCH:
+            self._execution.mark_lost("a handler's write was refused by the lease fence")
+        return error
+
+    def set_progress(self, done: int, total: int) -> None:
+        """Record progress (``done`` of ``total``); writes a PROGRESS event."""
+        self._check()
+        try:
+            update_job_progress(
+                self._execution.lease,
+                progress_done=done,
+                progress_total=total,
+                using=self._using,
+            )
+        except RunledgerError as error:
+            raise self._refused(error) from None
+
+    def set_stage(self, stage: str) -> None:
+        """Record what the handler is doing now (free text); writes a STAGE_CHANGED event."""
+        self._check()
+        try:
+            update_job_progress(self._execution.lease, stage=stage, using=self._using)
+        except RunledgerError as error:
+            raise self._refused(error) from None
+
+    def save_checkpoint(self, value: Any) -> None:
+        """Store JSON-native ``value`` as the job's checkpoint; a retry starts from it."""
+        self._check()
+        try:
+            update_job_progress(self._execution.lease, checkpoint=value, using=self._using)
+        except RunledgerError as error:
+            raise self._refused(error) from None
+        self.checkpoint = value
+
+    def heartbeat(self) -> None:
+        """Renew the lease now (the worker also does so every third of the lease)."""
+        self._check()
+        result = heartbeat_leases(
+            [self._execution.lease],
+            lease_seconds=self._execution.lease_seconds,
+            using=self._using,
+        )
+        if self.job_id in result.lost:
+            self._execution.mark_lost("a heartbeat found the lease gone")
+            raise lease_mismatch(self._execution.lease)

@@ -1,0 +1,239 @@
+"""Running one claimed job: call its handler, then record the outcome behind the lease fence."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from ..domain import ClaimedJob, FailureKind, JobFailure, JobLease, JobStatus
+from ..errors import CATALOG, Code, RunledgerError
+from ..services.lifecycle import complete_job_failure, complete_job_success
+from .context import JobContext
+from .outcomes import failure_for, failure_from_exception
+from .registry import Registry
+
+logger = logging.getLogger(__name__)
+
+RunOutcome = Literal["succeeded", "retried", "dead_lettered", "lease_lost", "persist_failed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobRun:
+    """How one attempt ended, as the worker saw it (for reports, --json and progress)."""
+
+    job_id: Any
+    job_type: str
+    run_number: int
+    attempt: int
+    worker_id: str
+    outcome: RunOutcome
+    error_code: str | None
+    duration_seconds: float
+    next_run_at: dt.datetime | None = None
+    error: RunledgerError | None = None
+    """Why recording the outcome failed (``persist_failed``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("error")
+        data["job_id"] = str(self.job_id)
+        data["duration_seconds"] = round(self.duration_seconds, 6)
+        data["next_run_at"] = self.next_run_at.isoformat() if self.next_run_at else None
+        return data
+
+
+class Execution:
+    """One attempt in flight: what the executor, the heartbeats and the worker loop share."""
+
+    def __init__(self, claimed: ClaimedJob, *, lease_seconds: int) -> None:
+        self.claimed = claimed
+        self.lease_seconds = lease_seconds
+        self.started = time.monotonic()
+        self.deadline = self.started + max(claimed.timeout_seconds, 1)
+        """Monotonic time at which the handler has run out of time."""
+        self.lost = threading.Event()
+        """The lease is gone (cancelled, reaped, timed out, heartbeat failed): write nothing."""
+        self.done = threading.Event()
+        """The handler returned (or raised) and the outcome was dealt with."""
+        self.timed_out = False
+        """The worker loop recorded this attempt's timeout while the handler still ran."""
+        self.run: JobRun | None = None
+
+    @property
+    def lease(self) -> JobLease:
+        return self.claimed.lease
+
+    @property
+    def active(self) -> bool:
+        """Still the worker's to keep alive: running, lease held, not timed out."""
+        return not (self.done.is_set() or self.lost.is_set() or self.timed_out)
+
+    def mark_lost(self, reason: str) -> None:
+        if not self.lost.is_set():
+            self.lost.set()
+            logger.warning(
+                "job lease lost job_id=%s job_type=%s reason=%s",
+                self.lease.job_id,
+                self.claimed.job_type,
+                reason,
+            )
+
+    def make_run(
+        self,
+        outcome: RunOutcome,
+        error_code: str | None,
+        *,
+        next_run_at: dt.datetime | None = None,
+        error: RunledgerError | None = None,
+    ) -> JobRun:
+        return JobRun(
+            job_id=self.lease.job_id,
+            job_type=self.claimed.job_type,
+            run_number=self.lease.run_number,
+            attempt=self.lease.attempt,
+            worker_id=self.lease.worker_id,
+            outcome=outcome,
+            error_code=error_code,
+            duration_seconds=time.monotonic() - self.started,
+            next_run_at=next_run_at,
+            error=error,
+        )
+
+
+def execute(execution: Execution, registry: Registry, *, using: str) -> JobRun:
+    """Run the handler of a claimed job and record how it ended; return that ending.
+
+    A result observed at or after the deadline counts as a timeout. After a lost lease
+    nothing is written (the reaper or the new owner deals with the job). Never raises for
+    what the handler does; a failure to record the outcome is returned as ``persist_failed``.
+    """
+    claimed = execution.claimed
+    job_id = claimed.lease.job_id
+    attempt = claimed.lease.attempt
+    handler = registry.get(claimed.job_type)
+    failure: JobFailure | None = None
+    output: Any = None
+    if claimed.decode_error is not None:
+        failure = failure_for(
+            FailureKind.TERMINAL,
+            Code.INVALID_PERSISTED_JOB,
+            claimed.decode_error,
+            attempt=attempt,
+            job_id=job_id,
+        )
+    elif handler is None:
+        failure = failure_for(
+            FailureKind.TERMINAL,
+            Code.HANDLER_NOT_REGISTERED,
+            CATALOG[Code.HANDLER_NOT_REGISTERED][1],
+            attempt=attempt,
+            job_id=job_id,
+        )
+    else:
+        context = JobContext(execution, using=using)
+        try:
+            output = handler.func(context)
+        except BaseException as exc:  # a handler's failure is data, whatever it raised
+            if _is_lease_loss(exc):
+                execution.mark_lost("a fenced write was refused")
+            failure = failure_from_exception(exc, attempt=attempt, job_id=job_id)
+        if time.monotonic() >= execution.deadline:
+            failure = failure_for(
+                FailureKind.TIMEOUT,
+                Code.TIMEOUT_EXCEEDED,
+                CATALOG[Code.TIMEOUT_EXCEEDED][1],
+                attempt=attempt,
+                job_id=job_id,
+            )
+    if execution.lost.is_set():
+        return execution.make_run("lease_lost", Code.LEASE_OWNER_MISMATCH.value)
+    return _record(execution, failure, output, using=using)
+
+
+def _is_lease_loss(exc: BaseException) -> bool:
+    return isinstance(exc, RunledgerError) and exc.code == Code.LEASE_OWNER_MISMATCH
+
+
+def _record(execution: Execution, failure: JobFailure | None, output: Any, *, using: str) -> JobRun:
+    lease = execution.lease
+    try:
+        if failure is None:
+            try:
+                complete_job_success(lease, output=output, using=using)
+            except RunledgerError as error:
+                if error.code != Code.INVALID_OUTPUT:
+                    raise
+                failure = failure_for(
+                    FailureKind.TERMINAL,
+                    Code.INVALID_OUTPUT,
+                    CATALOG[Code.INVALID_OUTPUT][1],
+                    attempt=lease.attempt,
+                    job_id=lease.job_id,
+                )
+            else:
+                return execution.make_run("succeeded", None)
+        outcome = complete_job_failure(lease, failure, using=using)
+    except RunledgerError as error:
+        if error.code == Code.LEASE_OWNER_MISMATCH:
+            execution.mark_lost("the outcome was refused by the lease fence")
+            return execution.make_run("lease_lost", error.code)
+        logger.error(
+            "could not record a job outcome job_id=%s error_code=%s error_sqlstate=%s",
+            lease.job_id,
+            error.code,
+            error.sqlstate or "none",
+            extra={"runledger": {"job_id": str(lease.job_id), **error.log_fields()}},
+        )
+        return execution.make_run("persist_failed", error.code, error=error)
+    if outcome.status == JobStatus.DEAD_LETTERED:
+        logger.warning(
+            "job dead-lettered job_id=%s job_type=%s attempt=%d error_code=%s",
+            lease.job_id,
+            execution.claimed.job_type,
+            lease.attempt,
+            failure.code,
+        )
+        return execution.make_run("dead_lettered", failure.code)
+    logger.info(
+        "job retry scheduled job_id=%s job_type=%s attempt=%d error_code=%s",
+        lease.job_id,
+        execution.claimed.job_type,
+        lease.attempt,
+        failure.code,
+    )
+    return execution.make_run("retried", failure.code, next_run_at=outcome.next_run_at)
+
+
+def record_timeout(execution: Execution, *, using: str) -> JobRun | None:
+    """The worker loop's side of a deadline: fail the attempt while its handler still runs.
+
+    Returns None when the handler's own outcome got there first (the fence decides).
+    """
+    lease = execution.lease
+    failure = failure_for(
+        FailureKind.TIMEOUT,
+        Code.TIMEOUT_EXCEEDED,
+        CATALOG[Code.TIMEOUT_EXCEEDED][1],
+        attempt=lease.attempt,
+        job_id=lease.job_id,
+    )
+    try:
+        outcome = complete_job_failure(lease, failure, using=using)
+    except RunledgerError as error:
+        if error.code == Code.LEASE_OWNER_MISMATCH:
+            return None
+        raise
+    execution.timed_out = True
+    logger.warning(
+        "job handler passed its deadline job_id=%s job_type=%s attempt=%d",
+        lease.job_id,
+        execution.claimed.job_type,
+        lease.attempt,
+    )
+    if outcome.status == JobStatus.DEAD_LETTERED:
+        return execution.make_run("dead_lettered", failure.code)
+    return execution.make_run("retried", failure.code, next_run_at=outcome.next_run_at)

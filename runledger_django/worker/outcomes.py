@@ -1,0 +1,135 @@
+"""What a handler's end means: the exceptions it may raise, backoff, and failure records."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import traceback
+import uuid
+
+from ..domain import FailureKind, JobFailure
+from ..errors import CATALOG, Code, RunledgerError
+from ..validation import INT32_MAX
+
+ERROR_MESSAGE_MAX_CHARS = 2000
+BACKOFF_BASE_MS = 5_000
+BACKOFF_CAP_MS = 300_000
+BACKOFF_FLOOR_MS = 1_000
+BACKOFF_JITTER_MS = 1_000
+
+
+class RetryJob(Exception):  # noqa: N818  (a request, not an error: the SPEC's name)
+    """Raise from a handler to run the job again later.
+
+    ``after`` (a timedelta or seconds) or ``at`` (an aware datetime) sets when; with neither,
+    the backoff policy decides. It still counts as an attempt: once ``max_attempts`` attempts
+    have failed, the job is dead-lettered.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        after: dt.timedelta | float | None = None,
+        at: dt.datetime | None = None,
+    ) -> None:
+        super().__init__(message)
+        if after is not None and at is not None:
+            raise TypeError("RetryJob takes after= or at=, not both")
+        self.after_ms: int | None = None
+        self.at: dt.datetime | None = None
+        if after is not None:
+            seconds = after.total_seconds() if isinstance(after, dt.timedelta) else after
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+                raise TypeError("RetryJob(after=) takes a timedelta or a number of seconds")
+            if not math.isfinite(seconds) or seconds < 0 or seconds * 1000 > INT32_MAX:
+                raise ValueError("RetryJob(after=) must be 0 to about 24 days")
+            self.after_ms = math.ceil(seconds * 1000)  # never earlier than asked
+        if at is not None:
+            if not isinstance(at, dt.datetime) or at.utcoffset() is None:
+                raise ValueError("RetryJob(at=) must be an aware datetime")
+            self.at = at
+
+
+class TerminalJobError(Exception):
+    """Raise from a handler to dead-letter the job at once: retrying cannot help.
+
+    ``code`` (default ``job.terminal_failure``) is stored as the job's error code.
+    """
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code or Code.TERMINAL_FAILURE.value
+
+
+def compute_retry_delay_ms(attempt: int, job_id: uuid.UUID) -> int:
+    """The policy backoff after failed ``attempt`` (reference 7): about 10 s, 20 s, 40 s ...
+    capped at 5 minutes, with a jitter of up to half a second either way that is fixed per
+    job, so retries of many jobs spread out but one job's schedule is predictable."""
+    exponent = min(max(attempt, 1), 10)
+    capped: int = min(BACKOFF_BASE_MS << exponent, BACKOFF_CAP_MS)
+    jitter: int = job_id.int % BACKOFF_JITTER_MS - BACKOFF_JITTER_MS // 2
+    return max(capped + jitter, BACKOFF_FLOOR_MS)
+
+
+def class_path(exc: BaseException) -> str:
+    kind = type(exc)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _message(exc: BaseException, fallback: Code) -> str:
+    text = str(exc).strip()
+    described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    if isinstance(exc, RetryJob | TerminalJobError):
+        described = text or CATALOG[fallback][1]
+    return described[:ERROR_MESSAGE_MAX_CHARS]
+
+
+def failure_for(
+    kind: FailureKind, code: Code | str, message: str, *, attempt: int, job_id: uuid.UUID
+) -> JobFailure:
+    """A failure without an exception behind it (timeouts, missing handlers, bad output)."""
+    return JobFailure(
+        kind=kind,
+        code=str(code),
+        message=message,
+        policy_retry_delay_ms=compute_retry_delay_ms(attempt, job_id),
+    )
+
+
+def failure_from_exception(exc: BaseException, *, attempt: int, job_id: uuid.UUID) -> JobFailure:
+    """Turn what a handler raised into the failure to record (reference 12.3).
+
+    ``RetryJob`` retries at its time, ``TerminalJobError`` dead-letters, a ``RunledgerError``
+    of a fenced write keeps its code, any other exception retries with backoff, and a
+    ``BaseException`` that is not an ``Exception`` (SystemExit, KeyboardInterrupt raised by
+    the handler) is a panic, which dead-letters.
+    """
+
+    def failure(kind: FailureKind, code: str, message: str) -> JobFailure:
+        return JobFailure(
+            kind=kind,
+            code=code,
+            message=message,
+            error_class=class_path(exc),
+            traceback="".join(traceback.format_exception(exc)),
+            policy_retry_delay_ms=compute_retry_delay_ms(attempt, job_id),
+            retry_after_ms=exc.after_ms if isinstance(exc, RetryJob) else None,
+            retry_at=exc.at if isinstance(exc, RetryJob) else None,
+        )
+
+    if isinstance(exc, RetryJob):
+        return failure(
+            FailureKind.RETRYABLE, Code.RETRY_REQUESTED.value, _message(exc, Code.RETRY_REQUESTED)
+        )
+    if isinstance(exc, TerminalJobError):
+        return failure(FailureKind.TERMINAL, exc.code, _message(exc, Code.TERMINAL_FAILURE))
+    if isinstance(exc, RunledgerError) and exc.code == Code.TIMEOUT_EXCEEDED:
+        return failure(FailureKind.TIMEOUT, exc.code, exc.client_message)
+    if not isinstance(exc, Exception):
+        return failure(
+            FailureKind.PANICKED, Code.HANDLER_PANIC.value, _message(exc, Code.HANDLER_PANIC)
+        )
+    return failure(
+        FailureKind.RETRYABLE, Code.HANDLER_FAILED.value, _message(exc, Code.HANDLER_FAILED)
+    )

@@ -1,0 +1,133 @@
+"""Handler registration: ``@job_handler`` and discovery of ``jobs.py`` modules."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import autodiscover_modules
+
+from ..domain import JobDefaults
+from ..errors import RunledgerError
+from ..validation import INT32_MAX, INT32_MIN, validate_job_type
+
+if TYPE_CHECKING:
+    from .context import JobContext
+
+HandlerFunc = Callable[["JobContext"], Any]
+F = TypeVar("F", bound=HandlerFunc)
+
+
+@dataclass(frozen=True, slots=True)
+class Handler:
+    """A registered handler and the defaults it declares for its job type's definition."""
+
+    job_type: str
+    func: HandlerFunc
+    max_attempts: int | None = None
+    timeout_seconds: int | None = None
+    priority: int | None = None
+
+    def defaults(self) -> JobDefaults:
+        return JobDefaults(
+            job_type=self.job_type,
+            max_attempts=self.max_attempts,
+            timeout_seconds=self.timeout_seconds,
+            priority=self.priority,
+        )
+
+
+class Registry:
+    """Job type -> handler. One per process (``registry``); tests may build their own."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+        self._lock = threading.Lock()
+
+    def register(self, handler: Handler) -> None:
+        with self._lock:
+            if handler.job_type in self._handlers:
+                raise ImproperlyConfigured(
+                    f"Job type {handler.job_type!r} already has a handler "
+                    f"({_describe(self._handlers[handler.job_type].func)})."
+                )
+            self._handlers[handler.job_type] = handler
+
+    def unregister(self, job_type: str) -> None:
+        with self._lock:
+            self._handlers.pop(job_type, None)
+
+    def get(self, job_type: str) -> Handler | None:
+        return self._handlers.get(job_type)
+
+    def job_types(self) -> list[str]:
+        return sorted(self._handlers)
+
+    def handlers(self) -> list[Handler]:
+        return [self._handlers[job_type] for job_type in self.job_types()]
+
+
+registry = Registry()
+"""The process-wide registry that ``@job_handler`` fills and workers read."""
+
+
+def _describe(func: object) -> str:
+    return f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+
+
+def _int_option(value: object, name: str, *, positive: bool) -> int | None:
+    if value is None:
+        return None
+    low = 1 if positive else INT32_MIN
+    if type(value) is not int or not low <= value <= INT32_MAX:
+        kind = "a positive" if positive else "a"
+        raise ImproperlyConfigured(f"job_handler {name} must be {kind} 32-bit int or None.")
+    return value
+
+
+def job_handler(
+    job_type: str,
+    *,
+    max_attempts: int | None = None,
+    timeout_seconds: int | None = None,
+    priority: int | None = None,
+) -> Callable[[F], F]:
+    """Register the decorated function as the handler of ``job_type``.
+
+    The function takes one :class:`JobContext`. Its return value (JSON-native, or None) is the
+    job's output; :class:`RetryJob` retries at a chosen time, :class:`TerminalJobError`
+    dead-letters at once, any other exception retries with backoff.
+
+    Args:
+        job_type: the job type it runs; one handler per type and process.
+        max_attempts, timeout_seconds, priority: the defaults of the job definition a worker
+            creates for this type when there is none; an existing definition is never changed.
+
+    Raises:
+        ImproperlyConfigured: a second handler for the same type, or an invalid option.
+    """
+    try:
+        checked_type = validate_job_type(job_type)
+    except RunledgerError as error:
+        raise ImproperlyConfigured(f"job_handler: {error.client_message}") from None
+    options = {
+        "max_attempts": _int_option(max_attempts, "max_attempts", positive=True),
+        "timeout_seconds": _int_option(timeout_seconds, "timeout_seconds", positive=True),
+        "priority": _int_option(priority, "priority", positive=False),
+    }
+
+    def register(func: F) -> F:
+        if not callable(func):
+            raise ImproperlyConfigured(f"job_handler({job_type!r}) must decorate a function.")
+        registry.register(Handler(job_type=checked_type, func=func, **options))
+        return func
+
+    return register
+
+
+def autodiscover() -> None:
+    """Import the ``jobs`` module of every installed app, as the admin does with ``admin``."""
+    autodiscover_modules("jobs")

@@ -1,0 +1,529 @@
+"""The worker loop: claim due jobs, run them on a pool of threads, keep their leases alive,
+enforce deadlines, reap expired leases, and stop cleanly.
+
+Threads, each with its own database connection:
+- the loop (the caller's thread): claims, dispatches, deadlines, the reaper, shutdown;
+- ``concurrency`` executors, which run handlers and record their outcomes;
+- the heartbeater; the wake-up listener; and, with ``promote``, a promoter.
+The loop never waits on a handler: a handler past its deadline has its attempt failed from
+the loop, and one stuck past the deadline plus the grace period makes the worker hand back
+its other jobs and exit non-zero, as a supervisor would want (gunicorn's stuck-worker rule).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
+
+from django.db import connections
+
+from ..domain import ClaimedJob, ReapReport, WorkReport
+from ..errors import RunledgerError
+from ..services.claim import claim_jobs, ensure_job_definitions
+from ..services.lifecycle import hand_back_leases
+from ..services.outage import Outage, OutageLimitExceededError
+from ..services.promotion import promote_intents
+from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
+from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
+from ..uuid7 import uuid7
+from .execution import Execution, JobRun, execute, record_timeout
+from .heartbeat import Heartbeater
+from .listener import Listener
+from .registry import Registry
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+HOT_SECONDS = 0.05
+"""After a wake-up or a non-empty claim, keep looking this long (every HOT_TICK_SECONDS):
+work committed just after a coalesced notification is found without waiting for a poll."""
+HOT_TICK_SECONDS = 0.01
+SHUTDOWN_REASON = "WORKER_SHUTDOWN"
+STUCK_REASON = "WORKER_STUCK"
+
+EXIT_OK = 0
+EXIT_STUCK = 70
+"""A handler ran past its deadline plus the grace period (EX_SOFTWARE)."""
+EXIT_OUTAGE = 75
+"""The database stayed unreachable past the outage limit (EX_TEMPFAIL)."""
+
+
+def make_worker_id() -> str:
+    """``host-pid-random``: unique per process, at most 64 characters (Django's Tasks limit)."""
+    host = socket.gethostname().split(".")[0][:32] or "worker"
+    return f"{host}-{os.getpid()}-{uuid7().hex[-8:]}"
+
+
+@dataclass
+class WorkerConfig:
+    job_types: list[str]
+    concurrency: int = 1
+    promote: bool = False
+    burst: bool = False
+    lease_seconds: int = 60
+    grace_seconds: float = 30.0
+    poll_interval: float = 1.0
+    reaper_interval: float = 15.0
+    outage_limit: float = 300.0
+    listen: bool = True
+    promotion_batch_size: int = 500
+    using: str = "default"
+    worker_id: str = field(default_factory=make_worker_id)
+
+
+@dataclass
+class WorkerResult:
+    exit_code: int
+    report: WorkReport
+    reason: str
+
+
+class _Counts:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.claimed = 0
+        self.succeeded = 0
+        self.retried = 0
+        self.dead_lettered = 0
+        self.lease_lost = 0
+
+    def add(self, run: JobRun) -> None:
+        with self.lock:
+            if run.outcome == "succeeded":
+                self.succeeded += 1
+            elif run.outcome == "retried":
+                self.retried += 1
+            elif run.outcome == "dead_lettered":
+                self.dead_lettered += 1
+            elif run.outcome == "lease_lost":
+                self.lease_lost += 1
+
+    def report(self) -> WorkReport:
+        with self.lock:
+            return WorkReport(
+                claimed=self.claimed,
+                succeeded=self.succeeded,
+                retried=self.retried,
+                dead_lettered=self.dead_lettered,
+                lease_lost=self.lease_lost,
+            )
+
+
+class Worker:
+    """One worker process's runtime. ``run()`` returns when stopped, drained (burst), stuck or
+    cut off from the database for too long; the exit code says which."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        registry: Registry,
+        *,
+        stop: threading.Event,
+        force: threading.Event | None = None,
+        on_run: Callable[[JobRun], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.stop = stop
+        self.force = force or threading.Event()
+        self.on_run = on_run
+        self.counts = _Counts()
+        self.inflight: dict[object, Execution] = {}
+        self.inflight_lock = threading.Lock()
+        self.wake = threading.Event()
+        self.notified = threading.Event()
+        self.promoter_wake = threading.Event()
+        self.timers: list[float] = []
+        self.timers_lock = threading.Lock()
+        self.tasks: queue.Queue[Execution | None] = queue.Queue()
+        self.background_stop = threading.Event()
+        self.outage = Outage(
+            limit_seconds=config.outage_limit, logger=logger, what=f"worker {config.worker_id}"
+        )
+        self.threads: list[threading.Thread] = []
+        self.stuck = False
+        self.outage_exceeded = False
+
+    # --- shared state ----------------------------------------------------------------------
+
+    def executions(self) -> list[Execution]:
+        with self.inflight_lock:
+            return list(self.inflight.values())
+
+    def busy(self) -> int:
+        """Executor threads taken: running handlers, timed-out ones still running included."""
+        with self.inflight_lock:
+            return len(self.inflight)
+
+    def poke(self) -> None:
+        self.notified.set()
+        self.wake.set()
+
+    def on_notify(self, channel: str) -> None:
+        if channel == INTENTS_CHANNEL:
+            self.promoter_wake.set()
+        elif channel == JOBS_CHANNEL:
+            self.poke()
+
+    def wake_at(self, monotonic_time: float) -> None:
+        with self.timers_lock:
+            heapq.heappush(self.timers, monotonic_time)
+        self.wake.set()
+
+    # --- threads ---------------------------------------------------------------------------
+
+    def _executor(self) -> None:
+        try:
+            while True:
+                execution = self.tasks.get()
+                if execution is None:
+                    return
+                try:
+                    run = execute(execution, self.registry, using=self.config.using)
+                finally:
+                    _tidy_connections()
+                self._finished(execution, run)
+        finally:
+            connections.close_all()
+
+    def _finished(self, execution: Execution, run: JobRun) -> None:
+        execution.run = run
+        execution.done.set()
+        with self.inflight_lock:
+            self.inflight.pop(execution.lease.job_id, None)
+        self.counts.add(run)
+        self._schedule_retry(execution, run)
+        if self.on_run is not None:
+            self.on_run(run)
+        self.wake.set()
+
+    def _schedule_retry(self, execution: Execution, run: JobRun) -> None:
+        if run.next_run_at is None:
+            return
+        # Database time to local monotonic time, through the claim's timestamp.
+        delay = (run.next_run_at - execution.claimed.claimed_at).total_seconds()
+        self.wake_at(execution.started + max(0.0, delay))
+
+    def _promoter(self) -> None:
+        config = self.config
+        outage = Outage(
+            limit_seconds=config.outage_limit, logger=logger, what=f"promoter {config.worker_id}"
+        )
+        hot_until = 0.0
+        try:
+            while not self.background_stop.is_set():
+                woken = self.promoter_wake.is_set()
+                self.promoter_wake.clear()
+                try:
+                    report = promote_intents(
+                        config.job_types, limit=config.promotion_batch_size, using=config.using
+                    )
+                except RunledgerError as error:
+                    connections[config.using].close_if_unusable_or_obsolete()
+                    try:
+                        wait = outage.failed(error)
+                    except OutageLimitExceededError:
+                        self.stop_for_outage()
+                        return
+                    self.background_stop.wait(wait)
+                    continue
+                outage.succeeded()
+                if report.total_promoted:
+                    self.poke()
+                    wake_after_commit(config.using, JOBS_CHANNEL)
+                now = time.monotonic()
+                if woken or report.anything_happened:
+                    hot_until = now + HOT_SECONDS
+                if report.batch_was_full:
+                    continue
+                wait = HOT_TICK_SECONDS if now < hot_until else config.poll_interval
+                self.promoter_wake.wait(wait)
+                if self.background_stop.is_set():
+                    return
+        finally:
+            connections.close_all()
+
+    def stop_for_outage(self) -> None:
+        self.outage_exceeded = True
+        self.stop.set()
+        self.wake.set()
+
+    # --- the loop --------------------------------------------------------------------------
+
+    def run(self) -> WorkerResult:
+        """Run until stopped, drained (burst), stuck, or cut off from the database too long."""
+        config = self.config
+        self._start(threading.Thread(target=self._relay_stop, name="runledger-stop-relay"))
+        for number in range(config.concurrency):
+            self._start(
+                threading.Thread(target=self._executor, name=f"runledger-executor-{number}")
+            )
+        self._start(
+            Heartbeater(
+                self.executions,
+                lease_seconds=config.lease_seconds,
+                using=config.using,
+                stop=self.background_stop,
+            )
+        )
+        if config.listen and not config.burst:
+            self._start(
+                Listener(
+                    using=config.using,
+                    promote=config.promote,
+                    on_notify=self.on_notify,
+                    stop=self.background_stop,
+                )
+            )
+        if config.promote and not config.burst:
+            self._start(threading.Thread(target=self._promoter, name="runledger-promoter"))
+        try:
+            reason = self._loop()
+        except OutageLimitExceededError:
+            self.outage_exceeded = True
+            reason = "the database stayed unreachable past the outage limit"
+        except BaseException:
+            self._shutdown(immediately=True)
+            raise
+        self._shutdown(immediately=self.stuck or self.outage_exceeded or self.force.is_set())
+        if self.stuck:
+            return WorkerResult(EXIT_STUCK, self.counts.report(), reason)
+        if self.outage_exceeded:
+            reason = "the database stayed unreachable past the outage limit"
+            return WorkerResult(EXIT_OUTAGE, self.counts.report(), reason)
+        return WorkerResult(EXIT_OK, self.counts.report(), reason)
+
+    def _start(self, thread: threading.Thread) -> None:
+        thread.daemon = True  # a stuck handler must not keep the process alive
+        self.threads.append(thread)
+        thread.start()
+
+    def _relay_stop(self) -> None:
+        """Wake the loop when a stop is requested (signal handlers only flip the flag)."""
+        while not self.background_stop.is_set():
+            if self.stop.wait(0.5):
+                self.wake.set()
+                return
+
+    def _with_database(self, action: Callable[[], T]) -> T | None:
+        """Run ``action``; on a database failure back off and return None (burst: raise)."""
+        try:
+            result = action()
+        except RunledgerError as error:
+            if self.config.burst:
+                raise
+            connections[self.config.using].close_if_unusable_or_obsolete()
+            self.stop.wait(self.outage.failed(error))
+            return None
+        self.outage.succeeded()
+        return result
+
+    def _loop(self) -> str:
+        config = self.config
+        defaults = [
+            h.defaults() for h in self.registry.handlers() if h.job_type in config.job_types
+        ]
+        while (
+            self._with_database(lambda: ensure_job_definitions(defaults, using=config.using))
+            is None
+        ):
+            if self.stop.is_set():
+                return "stopped by signal"
+        next_reap = time.monotonic()
+        next_poll = 0.0
+        hot_until = 0.0
+        claim_more = True
+        while not self.stop.is_set():
+            now = time.monotonic()
+            self._enforce_deadlines(now)
+            if self.stuck:
+                return "a handler is stuck past its deadline and the grace period"
+            if now >= next_reap:
+                if self._with_database(self._reap) is not None:
+                    next_reap = time.monotonic() + config.reaper_interval
+                continue
+            if self.notified.is_set() or self._timer_due(now):
+                self.notified.clear()
+                claim_more = True
+                hot_until = now + HOT_SECONDS
+            free = config.concurrency - self.busy()
+            idle = self.busy() == 0
+            wanted = claim_more or now >= next_poll or now < hot_until or (config.burst and idle)
+            if free > 0 and wanted:
+                claimed = self._with_database(partial(self._claim, free))
+                if claimed is None:
+                    continue
+                self._dispatch(claimed)
+                claim_more = len(claimed) == free
+                next_poll = time.monotonic() + config.poll_interval
+                if claimed:
+                    hot_until = time.monotonic() + HOT_SECONDS
+                elif config.burst and idle:
+                    return "burst finished: nothing due"
+            self.wake.wait(self._wait_seconds(next_poll, next_reap, hot_until, claim_more))
+            self.wake.clear()
+        return "the database stayed unreachable" if self.outage_exceeded else "stopped by signal"
+
+    def _claim(self, free: int) -> list[ClaimedJob]:
+        if self.config.burst and self.config.promote:
+            self._promote_burst()
+        return claim_jobs(
+            self.config.job_types,
+            worker_id=self.config.worker_id,
+            limit=free,
+            lease_seconds=self.config.lease_seconds,
+            using=self.config.using,
+        )
+
+    def _wait_seconds(
+        self, next_poll: float, next_reap: float, hot_until: float, claim_more: bool
+    ) -> float:
+        now = time.monotonic()
+        has_room = self.busy() < self.config.concurrency
+        if has_room and claim_more:
+            return 0.0
+        candidates = [next_reap]
+        if has_room:
+            candidates.append(now + HOT_TICK_SECONDS if now < hot_until else next_poll)
+        with self.timers_lock:
+            if self.timers:
+                candidates.append(self.timers[0])
+        for execution in self.executions():
+            if not execution.done.is_set():
+                extra = self.config.grace_seconds if execution.timed_out else 0.0
+                candidates.append(execution.deadline + extra)
+        return max(0.0, min(candidates) - now)
+
+    def _timer_due(self, now: float) -> bool:
+        due = False
+        with self.timers_lock:
+            while self.timers and self.timers[0] <= now:
+                heapq.heappop(self.timers)
+                due = True
+        return due
+
+    def _reap(self) -> ReapReport:
+        report = reap_expired_leases(self.config.job_types, using=self.config.using)
+        if report.next_run_ats:
+            self.wake_at(time.monotonic() + REAPER_RETRY_DELAY_MS / 1000)
+        if report.batch_was_full:
+            self.wake.set()
+        return report
+
+    def _promote_burst(self) -> None:
+        while promote_intents(
+            self.config.job_types,
+            limit=self.config.promotion_batch_size,
+            using=self.config.using,
+        ).batch_was_full:
+            pass
+
+    def _dispatch(self, claimed: Sequence[ClaimedJob]) -> None:
+        with self.counts.lock:
+            self.counts.claimed += len(claimed)
+        for job in claimed:
+            execution = Execution(job, lease_seconds=self.config.lease_seconds)
+            with self.inflight_lock:
+                self.inflight[job.lease.job_id] = execution
+            self.tasks.put(execution)
+
+    def _enforce_deadlines(self, now: float) -> None:
+        """Fail attempts whose handler is past its deadline; notice one stuck past grace."""
+        for execution in self.executions():
+            if execution.done.is_set() or execution.lost.is_set():
+                continue
+            if execution.timed_out:
+                if now >= execution.deadline + self.config.grace_seconds and not self.stuck:
+                    logger.error(
+                        "job handler stuck past its deadline and the grace period; the worker "
+                        "hands back its other jobs and exits job_id=%s job_type=%s",
+                        execution.lease.job_id,
+                        execution.claimed.job_type,
+                    )
+                    self.stuck = True
+                continue
+            if now < execution.deadline:
+                continue
+            try:
+                run = record_timeout(execution, using=self.config.using)
+            except RunledgerError as error:
+                logger.warning(
+                    "could not record a job timeout error_code=%s",
+                    error.code,
+                    extra={"runledger": error.log_fields()},
+                )
+                connections[self.config.using].close_if_unusable_or_obsolete()
+                continue
+            if run is None:
+                execution.mark_lost("the timeout was refused by the lease fence")
+                continue
+            self.counts.add(run)
+            self._schedule_retry(execution, run)
+            if self.on_run is not None:
+                self.on_run(run)
+
+    # --- stopping --------------------------------------------------------------------------
+
+    def _shutdown(self, *, immediately: bool) -> None:
+        """Claim nothing more; let handlers finish within the grace period (unless
+        ``immediately``); hand back the leases of the rest; stop the threads."""
+        config = self.config
+        self.background_stop.set()
+        self.promoter_wake.set()
+        deadline = time.monotonic() + (0.0 if immediately else config.grace_seconds)
+        while self._running() and time.monotonic() < deadline and not self.force.is_set():
+            self._enforce_deadlines(time.monotonic())
+            self.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+            self.wake.clear()
+        leftovers = self._running()
+        if leftovers:
+            reason = STUCK_REASON if self.stuck else SHUTDOWN_REASON
+            try:
+                handed = hand_back_leases(
+                    [e.lease for e in leftovers], reason=reason, using=config.using
+                )
+            except RunledgerError as error:
+                logger.error(
+                    "could not hand back job leases; the reaper will take them error_code=%s",
+                    error.code,
+                    extra={"runledger": error.log_fields()},
+                )
+            else:
+                for execution in leftovers:
+                    execution.mark_lost("handed back at shutdown")
+                logger.warning("handed back %d unfinished jobs at shutdown", len(handed))
+                if handed:
+                    wake_after_commit(config.using, JOBS_CHANNEL)
+        for _ in range(config.concurrency):
+            self.tasks.put(None)
+
+    def _running(self) -> list[Execution]:
+        """Attempts whose outcome is still this worker's to record."""
+        return [e for e in self.executions() if e.active]
+
+
+def _tidy_connections() -> None:
+    """After a handler: drop connections it broke or left mid-transaction, keep healthy ones
+    (a worker's connections live as long as the worker, whatever CONN_MAX_AGE says for
+    requests, unless CONN_MAX_AGE is set to a limit, which is honoured)."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        if connection.in_atomic_block or not connection.get_autocommit():
+            connection.close()
+        elif connection.settings_dict.get("CONN_MAX_AGE"):
+            connection.close_if_unusable_or_obsolete()
+        elif connection.errors_occurred and not connection.is_usable():
+            connection.close()
+        else:
+            connection.errors_occurred = False
