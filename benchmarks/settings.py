@@ -9,13 +9,15 @@ import os
 from pathlib import Path
 from typing import Any
 
+from example_project import base_settings as base
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 BENCH_DB_NAME = os.environ.get("RUNLEDGER_BENCH_DB", "runledger_bench")
 
 SECRET_KEY = "runledger-bench-not-secret"  # noqa: S105
 DEBUG = False
-USE_TZ = True
-TIME_ZONE = "UTC"
+USE_TZ = base.USE_TZ
+TIME_ZONE = base.TIME_ZONE
 ALLOWED_HOSTS = ["testserver", "localhost"]
 
 
@@ -58,16 +60,7 @@ HAS_DJANGO_TASKS_DB = _installed("django_tasks_db") and (
 )
 HAS_PROCRASTINATE = _installed("procrastinate.contrib.django")
 
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "runledger_django",
-    "example_project.shop.apps.ShopConfig",
-    "benchmarks.baseline",
-]
+INSTALLED_APPS = [*base.INSTALLED_APPS, "benchmarks.baseline"]
 if HAS_DJANGO_TASKS_DB:
     if not _installed("django.tasks"):
         INSTALLED_APPS.append("django_tasks")  # the backport on Django 5.2
@@ -78,30 +71,11 @@ if HAS_PROCRASTINATE:
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 PROCRASTINATE_AUTODISCOVER_MODULE_NAME = ""
 
-MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-]
+MIDDLEWARE = [*base.MIDDLEWARE]
 ROOT_URLCONF = "benchmarks.urls"
-TEMPLATES = [
-    {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
-        "APP_DIRS": True,
-        "OPTIONS": {
-            "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
-                "django.contrib.messages.context_processors.messages",
-            ]
-        },
-    }
-]
-STATIC_URL = "/static/"
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+TEMPLATES = base.TEMPLATES
+STATIC_URL = base.STATIC_URL
+DEFAULT_AUTO_FIELD = base.DEFAULT_AUTO_FIELD
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 RUNLEDGER: dict[str, Any] = {}
 

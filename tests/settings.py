@@ -7,14 +7,15 @@ from pathlib import Path
 
 import environ
 
+from example_project import base_settings as base
 from runledger_django.embedded import database_settings, default_data_dir
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 SECRET_KEY = "runledger-tests-not-secret"  # noqa: S105
 DEBUG = False
-USE_TZ = True
-TIME_ZONE = "UTC"
+USE_TZ = base.USE_TZ
+TIME_ZONE = base.TIME_ZONE
 
 if os.environ.get("DATABASE_URL"):
     DATABASES = {"default": environ.Env().db_url("DATABASE_URL")}
@@ -23,43 +24,12 @@ else:
 # Concurrent test runs on one server need their own test databases.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("RUNLEDGER_TEST_DB", "test_runledger")}
 
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "runledger_django",
-    "example_project.shop.apps.ShopConfig",
-]
-
-MIDDLEWARE = [
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-]
-
+INSTALLED_APPS = [*base.INSTALLED_APPS]
+MIDDLEWARE = [*base.MIDDLEWARE]
 ROOT_URLCONF = "example_project.urls"
-
-TEMPLATES = [
-    {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [],
-        "APP_DIRS": True,
-        "OPTIONS": {
-            "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
-                "django.contrib.messages.context_processors.messages",
-            ]
-        },
-    }
-]
-
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-STATIC_URL = "/static/"
+TEMPLATES = base.TEMPLATES
+DEFAULT_AUTO_FIELD = base.DEFAULT_AUTO_FIELD
+STATIC_URL = base.STATIC_URL
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 LOGGING = {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import psycopg
 from django.db import DatabaseError
 
@@ -22,6 +24,11 @@ _BY_SQLSTATE: dict[str, Code] = {
     "23502": Code.DB_REQUIRED_FIELD_MISSING,
     "42501": Code.DB_PERMISSION_DENIED,
 }
+
+# The tables other rows point at (migrations 0002 and 0004: every foreign key into the schema
+# references one of these, whatever the key is called). Only a statement that deletes or
+# re-keys one of them can be refused for rows still pointing at it.
+REFERENCED_TABLES = ("runledger_job_definitions", "runledger_job_queue")
 
 # SQLSTATEs after which the session or its transaction cannot go on: promotion must abort the
 # pass rather than defer one row (connection exceptions, shutdown, transaction_timeout).
@@ -46,9 +53,9 @@ def sqlstate_of(exc: BaseException) -> str | None:
 def classify(exc: DatabaseError, context: str) -> RunledgerError:
     """Turn a database error into a RunledgerError; raise it ``from exc`` to keep the source.
 
-    A foreign key that restricts deletion reports 23001 on PostgreSQL 18 and 23503 before it.
-    Both sides of a key name the same constraint, so before 18 the server's message tells a
-    refused delete from a missing referenced row.
+    Decided by SQLSTATE, constraint and table, never by the wording of the server's message,
+    which follows ``lc_messages``. A foreign key that restricts deletion reports 23001 on
+    PostgreSQL 18 and 23503 before it; see ``_still_referenced`` for how 23503 is split.
     """
     error = driver_error(exc)
     sqlstate = error.sqlstate if error is not None else None
@@ -77,11 +84,29 @@ def _still_referenced(error: psycopg.Error | None) -> bool:
         return False
     if error.sqlstate == "23001":
         return True
-    # RESTRICT and NO ACTION before PostgreSQL 18 report 23503 from the referenced side.
-    # NOTE: this reads the message text, which assumes English server messages (lc_messages).
-    return error.sqlstate == "23503" and (error.diag.message_primary or "").startswith(
-        "update or delete"
-    )
+    if error.sqlstate != "23503":
+        return False
+    # NOTE: before PostgreSQL 18 (and for NO ACTION keys on 18) both sides of a foreign key
+    # raise 23503, and every structured field is the same for both: PostgreSQL reports the
+    # referencing table and the key's name whether an insert missed its parent or a delete hit
+    # a parent still in use (ri_triggers.c, errtableconstraint(fk_rel, ...) in both branches).
+    # What differs is which tables the primary message names: the referenced table only when
+    # the statement acted on it. Table names are arguments of the message and no translation
+    # may drop an argument, so this holds in every lc_messages; the words are never read.
+    referencing = error.diag.table_name
+    constraint = error.diag.constraint_name
+    message = error.diag.message_primary or ""
+    for parent in REFERENCED_TABLES:
+        # The referencing side's message names only the referencing table and the key.
+        expected = (parent == referencing) + (parent == constraint)
+        if _mentions(message, parent) > expected:
+            return True
+    return False
+
+
+def _mentions(message: str, identifier: str) -> int:
+    """How often ``identifier`` stands in ``message`` as a whole name (not inside another)."""
+    return len(re.findall(rf"(?<![\w$]){re.escape(identifier)}(?![\w$])", message))
 
 
 def is_session_fatal(exc: BaseException) -> bool:

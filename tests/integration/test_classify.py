@@ -14,10 +14,16 @@ import psycopg
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from runledger_django.db.classify import classify, is_session_fatal, sqlstate_of
+from runledger_django.db.classify import (
+    REFERENCED_TABLES,
+    classify,
+    driver_error,
+    is_session_fatal,
+    sqlstate_of,
+)
 from runledger_django.errors import RunledgerError
 from runledger_django.models import JobDefinition
-from tests.conftest import TEST_JOB_TYPE, insert_raw_intent
+from tests.conftest import TEST_JOB_TYPE, insert_raw_intent, run_sql
 
 pytestmark = pytest.mark.django_db
 
@@ -110,6 +116,65 @@ def test_classify__delete_definition_still_used__still_referenced(
         "23001" if server_version_num >= 180000 else "23503",
         "fk_job_queue_job_type",
     )
+
+
+def test_classify__both_sides_of_a_key__same_structured_fields(definition: JobDefinition) -> None:
+    """Why the classifier looks past the structured fields: a missing parent and a parent still
+    in use report the same table, schema and constraint (the referencing table's), so only the
+    tables the message names tell the two apart. If PostgreSQL ever reports the referenced
+    table instead, this fails and the classifier can drop the message names."""
+    missing = driver_error(failure(*insert_job_sql(job_type="jobs.test.missing")))
+    insert_job()
+    in_use = driver_error(
+        failure("DELETE FROM runledger_job_definitions WHERE job_type = %s", [TEST_JOB_TYPE])
+    )
+    assert missing is not None
+    assert in_use is not None
+    fields = [
+        (error.diag.table_name, error.diag.schema_name, error.diag.constraint_name)
+        for error in (missing, in_use)
+    ]
+    assert fields[0] == fields[1] == ("runledger_job_queue", "public", "fk_job_queue_job_type")
+
+
+def test_classify__host_key_to_jobs__missing_or_still_referenced() -> None:
+    """A host project's own NO ACTION key to the job queue: 23503 from both sides on every
+    server (NO ACTION keeps 23503 on PostgreSQL 18 too), told apart without the message's words."""
+    run_sql(
+        "CREATE TABLE host_receipts (job_id uuid CONSTRAINT receipts_job "
+        "REFERENCES runledger_job_queue (id))"
+    )
+    JobDefinition.objects.create(job_type=TEST_JOB_TYPE, max_attempts=3)
+    job_id = insert_job()
+    run_sql("INSERT INTO host_receipts VALUES (%s)", [job_id])
+
+    missing = classified("INSERT INTO host_receipts VALUES (%s)", [uuid.uuid4()])
+    in_use = classified("DELETE FROM runledger_job_queue WHERE id = %s", [job_id])
+
+    assert summary(missing) == (
+        "db.related_resource_missing",
+        "validation",
+        "23503",
+        "receipts_job",
+    )
+    assert summary(in_use) == (
+        "db.related_resource_still_referenced",
+        "validation",
+        "23503",
+        "receipts_job",
+    )
+
+
+def test_classify__referenced_tables__every_parent_of_a_schema_key() -> None:
+    """The classifier's list of parent tables covers every foreign key the migrations create."""
+    parents = run_sql(
+        """
+        SELECT DISTINCT confrelid::regclass::text FROM pg_constraint
+        WHERE contype = 'f' AND left(conrelid::regclass::text, 10) = 'runledger_'
+        """
+    )
+    assert parents
+    assert {parent for (parent,) in parents} <= set(REFERENCED_TABLES)
 
 
 # --- by SQLSTATE -------------------------------------------------------------------------------

@@ -1,0 +1,43 @@
+"""A process that owns an embedded server, for tests/test_embedded.py.
+
+``python -m tests.embedded_owner ROLE DATA_DIR`` joins (or starts) the server in DATA_DIR,
+prints ``ready`` and waits for a line on stdin, then exits normally. ROLE says what else the
+process does with SIGTERM:
+
+- ``plain``: nothing; SIGTERM finds the default disposition when the server starts.
+- ``own-handler``: installs a handler that exits with status 7 before joining the server.
+- ``command``: after joining, runs a command-style block that sets its own handlers and
+  restores the previous ones (``cli.stop_on_signals``).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from pathlib import Path
+from types import FrameType
+
+OWN_HANDLER_STATUS = 7
+
+
+def _exit_own(signum: int, frame: FrameType | None) -> None:
+    sys.exit(OWN_HANDLER_STATUS)
+
+
+def main(role: str, data_dir: Path) -> None:
+    if role == "own-handler":
+        signal.signal(signal.SIGTERM, _exit_own)
+    from runledger_django.embedded import start_server
+
+    start_server(data_dir)
+    if role == "command":
+        from runledger_django.management.cli import StopEvent, stop_on_signals
+
+        with stop_on_signals(StopEvent()) as installed:
+            assert installed
+    print("ready", flush=True)  # noqa: T201  (the test reads it)
+    sys.stdin.readline()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], Path(sys.argv[2]))
