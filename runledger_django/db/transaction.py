@@ -142,6 +142,16 @@ def run_capped(
         "cap_statement_ms": statement_ms,
         "cap_statement_text": timeout_text(statement_ms),
     }
+    try:
+        return _run_capped(using, sql, params, caps, context)
+    except DatabaseError as exc:
+        # Opening the connection (or a savepoint on a dead one) fails outside execute().
+        raise classify(exc, context) from exc
+
+
+def _run_capped(
+    using: str, sql: str, params: dict[str, Any], caps: dict[str, Any], context: str
+) -> list[tuple[Any, ...]]:
     connection = connections[using]
     if (
         connection.get_autocommit()

@@ -109,8 +109,10 @@ def run_promotion(
 
     Raises:
         RunledgerError: ``job.intent_promotion_requires_own_transaction``; whatever a pass
-            raises in drain mode (a loop logs failed passes and retries after ``interval``);
+            raises in drain mode (a loop logs failed passes and retries with backoff);
             ``job.invalid_job_type`` for a bad allow-list.
+        OutageLimitExceededError: in loop mode, the database stayed unreachable for longer
+            than ``RUNLEDGER["OUTAGE_LIMIT_SECONDS"]``.
     """
     # A fixed allow-list is validated once, up front: a loop retries failed passes forever,
     # which must not include a typo on the command line.
@@ -132,6 +134,7 @@ def run_promotion(
         stop=stop if stop is not None else threading.Event(),
         loop=loop,
         on_pass=record,
+        outage_limit=conf.OUTAGE_LIMIT_SECONDS,
         using=using,
     )
     return totals

@@ -11,11 +11,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from django.db import connections
-
 from ..db import job_queries
 from ..db.classify import is_session_fatal
-from ..db.transaction import execute
 from ..domain import ReapReport
 from ..errors import Code, RunledgerError
 from ..validation import INT32_MAX, validate_job_types, validate_page
@@ -104,13 +101,12 @@ def _reap_row_by_row(params: dict[str, object], using: str) -> tuple[list[tuple[
     culprits pushed aside."""
     rows: list[tuple[object, ...]] = []
     deferred = 0
-    with connections[using].cursor() as cursor:
-        ids = [
-            row[0]
-            for row in execute(
-                cursor, job_queries.EXPIRED_LEASE_IDS, params, context="read expired leases"
-            ).fetchall()
-        ]
+    ids = [
+        row[0]
+        for row in transition(
+            using, job_queries.EXPIRED_LEASE_IDS, params, context="read expired leases"
+        )
+    ]
     for job_id in ids:
         try:
             rows += transition(

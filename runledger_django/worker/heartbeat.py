@@ -11,6 +11,7 @@ from django.db import connections
 
 from ..errors import RunledgerError
 from ..services.lifecycle import heartbeat_leases
+from ..services.outage import is_outage
 from .execution import Execution
 
 logger = logging.getLogger(__name__)
@@ -49,7 +50,12 @@ class Heartbeater(threading.Thread):
             while not self.stop.wait(max(0.0, next_tick - time.monotonic())):
                 tick = time.monotonic()
                 next_tick = tick + self.interval
-                self.beat([e for e in self.executions() if e.active], budget_end=next_tick)
+                try:
+                    self.beat([e for e in self.executions() if e.active], budget_end=next_tick)
+                except Exception:
+                    # A dead heartbeat thread would let every lease expire: log and go on.
+                    logger.exception("job heartbeat failed unexpectedly")
+                    connections[self.using].close_if_unusable_or_obsolete()
         finally:
             connections.close_all()
 
@@ -62,7 +68,10 @@ class Heartbeater(threading.Thread):
                     using=self.using,
                 )
             except RunledgerError as error:
-                logger.warning(
+                # The worker loop logs an outage once; a lease that expires meanwhile is
+                # fenced off and reaped, so the next tick simply tries again.
+                logger.log(
+                    logging.DEBUG if is_outage(error) else logging.WARNING,
                     "job heartbeat failed error_code=%s error_sqlstate=%s",
                     error.code,
                     error.sqlstate or "none",

@@ -73,7 +73,8 @@ class Listener(threading.Thread):
                         self.on_notify(notify.channel)
             except (psycopg.Error, OSError) as exc:
                 self.connected.clear()
-                logger.info(
+                # The worker loop logs an outage once; this only matters when debugging.
+                logger.debug(
                     "wake-up listener disconnected (%s); polling meanwhile", type(exc).__name__
                 )
                 self.stop.wait(delay)

@@ -30,7 +30,7 @@ from ..domain import ClaimedJob, ReapReport, WorkReport
 from ..errors import RunledgerError
 from ..services.claim import claim_jobs, ensure_job_definitions
 from ..services.lifecycle import hand_back_leases
-from ..services.outage import Outage, OutageLimitExceededError
+from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError
 from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
@@ -54,8 +54,6 @@ STUCK_REASON = "WORKER_STUCK"
 EXIT_OK = 0
 EXIT_STUCK = 70
 """A handler ran past its deadline plus the grace period (EX_SOFTWARE)."""
-EXIT_OUTAGE = 75
-"""The database stayed unreachable past the outage limit (EX_TEMPFAIL)."""
 
 
 def make_worker_id() -> str:
@@ -152,7 +150,7 @@ class Worker:
         )
         self.threads: list[threading.Thread] = []
         self.stuck = False
-        self.outage_exceeded = False
+        self.outage_error: OutageLimitExceededError | None = None
 
     # --- shared state ----------------------------------------------------------------------
 
@@ -190,6 +188,15 @@ class Worker:
                     return
                 try:
                     run = execute(execution, self.registry, using=self.config.using)
+                except Exception:
+                    # An error around a handler (execute never raises for the handler itself)
+                    # must not cost the worker this thread, a slot of its capacity: give the
+                    # lease up, so it expires and the reaper retries the job.
+                    logger.exception(
+                        "running a job failed unexpectedly job_id=%s", execution.lease.job_id
+                    )
+                    execution.mark_lost("running the job failed unexpectedly")
+                    run = execution.make_run("persist_failed", None)
                 finally:
                     _tidy_connections()
                 self._finished(execution, run)
@@ -203,9 +210,17 @@ class Worker:
             self.inflight.pop(execution.lease.job_id, None)
         self.counts.add(run)
         self._schedule_retry(execution, run)
-        if self.on_run is not None:
-            self.on_run(run)
+        self._report(run)
         self.wake.set()
+
+    def _report(self, run: JobRun) -> None:
+        """Tell ``on_run``; a failing report (a closed stdout) never stops the worker."""
+        if self.on_run is None:
+            return
+        try:
+            self.on_run(run)
+        except Exception:
+            logger.exception("reporting a finished job failed job_id=%s", run.job_id)
 
     def _schedule_retry(self, execution: Execution, run: JobRun) -> None:
         if run.next_run_at is None:
@@ -215,10 +230,8 @@ class Worker:
         self.wake_at(execution.started + max(0.0, delay))
 
     def _promoter(self) -> None:
+        """Promote intents of the worker's job types; wake the claim loop when jobs appear."""
         config = self.config
-        outage = Outage(
-            limit_seconds=config.outage_limit, logger=logger, what=f"promoter {config.worker_id}"
-        )
         hot_until = 0.0
         try:
             while not self.background_stop.is_set():
@@ -231,13 +244,19 @@ class Worker:
                 except RunledgerError as error:
                     connections[config.using].close_if_unusable_or_obsolete()
                     try:
-                        wait = outage.failed(error)
-                    except OutageLimitExceededError:
-                        self.stop_for_outage()
+                        wait = self.outage.failed(error)
+                    except OutageLimitExceededError as exceeded:
+                        self.stop_for_outage(exceeded)
                         return
                     self.background_stop.wait(wait)
                     continue
-                outage.succeeded()
+                except Exception:
+                    # A background thread must not die silently: log, back off, go on.
+                    logger.exception("intent promotion in the worker failed unexpectedly")
+                    connections[config.using].close_if_unusable_or_obsolete()
+                    self.background_stop.wait(config.poll_interval)
+                    continue
+                self.outage.succeeded()
                 if report.total_promoted:
                     self.poke()
                     wake_after_commit(config.using, JOBS_CHANNEL)
@@ -246,15 +265,14 @@ class Worker:
                     hot_until = now + HOT_SECONDS
                 if report.batch_was_full:
                     continue
-                wait = HOT_TICK_SECONDS if now < hot_until else config.poll_interval
-                self.promoter_wake.wait(wait)
-                if self.background_stop.is_set():
-                    return
+                self.promoter_wake.wait(
+                    HOT_TICK_SECONDS if now < hot_until else config.poll_interval
+                )
         finally:
             connections.close_all()
 
-    def stop_for_outage(self) -> None:
-        self.outage_exceeded = True
+    def stop_for_outage(self, error: OutageLimitExceededError) -> None:
+        self.outage_error = error
         self.stop.set()
         self.wake.set()
 
@@ -289,18 +307,18 @@ class Worker:
             self._start(threading.Thread(target=self._promoter, name="runledger-promoter"))
         try:
             reason = self._loop()
-        except OutageLimitExceededError:
-            self.outage_exceeded = True
-            reason = "the database stayed unreachable past the outage limit"
+        except OutageLimitExceededError as exceeded:
+            self.outage_error = exceeded
+            reason = str(exceeded)
         except BaseException:
             self._shutdown(immediately=True)
             raise
-        self._shutdown(immediately=self.stuck or self.outage_exceeded or self.force.is_set())
+        gone = self.outage_error is not None
+        self._shutdown(immediately=self.stuck or gone or self.force.is_set())
         if self.stuck:
             return WorkerResult(EXIT_STUCK, self.counts.report(), reason)
-        if self.outage_exceeded:
-            reason = "the database stayed unreachable past the outage limit"
-            return WorkerResult(EXIT_OUTAGE, self.counts.report(), reason)
+        if self.outage_error is not None:
+            return WorkerResult(EXIT_OUTAGE, self.counts.report(), str(self.outage_error))
         return WorkerResult(EXIT_OK, self.counts.report(), reason)
 
     def _start(self, thread: threading.Thread) -> None:
@@ -372,7 +390,7 @@ class Worker:
                     return "burst finished: nothing due"
             self.wake.wait(self._wait_seconds(next_poll, next_reap, hot_until, claim_more))
             self.wake.clear()
-        return "the database stayed unreachable" if self.outage_exceeded else "stopped by signal"
+        return "stopped" if self.outage_error is not None else "stopped by signal"
 
     def _claim(self, free: int) -> list[ClaimedJob]:
         if self.config.burst and self.config.promote:
@@ -469,8 +487,7 @@ class Worker:
                 continue
             self.counts.add(run)
             self._schedule_retry(execution, run)
-            if self.on_run is not None:
-                self.on_run(run)
+            self._report(run)
 
     # --- stopping --------------------------------------------------------------------------
 

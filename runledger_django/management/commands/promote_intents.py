@@ -6,11 +6,13 @@ import json
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import conf
 from ...domain import PromotionReport
+from ...errors import RunledgerError
 from ...services.operations import PromotionTotals, promotion_job_types, run_promotion
+from ...services.outage import EXIT_OUTAGE, OutageLimitExceededError
 from .. import cli
 
 
@@ -85,14 +87,7 @@ class Command(BaseCommand):
                 )
 
         with cli.runledger_errors(), cli.log_level_from_verbosity(verbosity):
-            job_types = promotion_job_types(options["job_type"])
-            if not job_types and verbosity >= 1:
-                self.stderr.write(
-                    "No job types to promote: pass --job-type, set "
-                    "RUNLEDGER['PROMOTE_JOB_TYPES'] or enable a job definition."
-                )
-            elif verbosity >= 2 and not as_json:
-                self.stdout.write(f"Promoting job types: {', '.join(job_types)}")
+            self._announce(options["job_type"], loop=loop, as_json=as_json, verbosity=verbosity)
             with cli.stop_on_signals(stop):
                 try:
                     totals = run_promotion(
@@ -103,11 +98,32 @@ class Command(BaseCommand):
                         stop=stop,
                         on_pass=on_pass,
                     )
+                except OutageLimitExceededError as exc:
+                    raise CommandError(str(exc), returncode=EXIT_OUTAGE) from exc
                 finally:
                     progress.done()
         if verbosity >= 1 and not as_json:
             stopped = " (stopped by signal)" if stop.is_set() else ""
             self.stdout.write(f"{_summary(totals)}{stopped}")
+
+    def _announce(
+        self, explicit: list[str] | None, *, loop: bool, as_json: bool, verbosity: int
+    ) -> None:
+        """Say which job types will be promoted. A loop must start even while the database
+        is unreachable (it rides the outage out), so there a failed read only skips this."""
+        try:
+            job_types = promotion_job_types(explicit)
+        except RunledgerError:
+            if loop:
+                return
+            raise
+        if not job_types and verbosity >= 1:
+            self.stderr.write(
+                "No job types to promote: pass --job-type, set "
+                "RUNLEDGER['PROMOTE_JOB_TYPES'] or enable a job definition."
+            )
+        elif verbosity >= 2 and not as_json:
+            self.stdout.write(f"Promoting job types: {', '.join(job_types)}")
 
 
 def _describe(report: PromotionReport) -> str:
