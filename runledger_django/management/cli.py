@@ -69,6 +69,14 @@ def offset(text: str) -> int:
     return _int_in(text, 0, 2**63 - 1, "offset")
 
 
+def queue_name(text: str) -> str:
+    """A queue name: non-blank text (Django's Tasks API names queues freely)."""
+    value = text.strip()
+    if not value or "\x00" in value:
+        raise argparse.ArgumentTypeError(f"invalid queue {text!r}: must not be blank")
+    return value
+
+
 def concurrency(text: str) -> int:
     """Handler threads of one worker: 1 to 256 (each holds a database connection)."""
     return _int_in(text, 1, 256, "concurrency")

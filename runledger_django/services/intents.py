@@ -26,6 +26,7 @@ from ..validation import (
     validate_uuid_argument,
 )
 from ._owned import run_owned
+from .wakeup import INTENTS_CHANNEL, wake_after_commit
 
 DEFAULT_USING = "default"
 
@@ -89,17 +90,22 @@ def record_intent(
     # caller owns the transaction: join it, never commit it.
     if connection.in_atomic_block or not connection.get_autocommit():
         with connection.cursor() as cursor:
+            outcome = record_in_transaction(cursor, request)
+    else:
+
+        def in_transaction(cursor: CursorWrapper) -> IntentOutcome:
             return record_in_transaction(cursor, request)
 
-    def in_transaction(cursor: CursorWrapper) -> IntentOutcome:
-        return record_in_transaction(cursor, request)
-
-    return run_owned(
-        using,
-        lambda cursor: _insert(cursor, request),
-        in_transaction,
-        operation="record job enqueue intent",
-    )
+        outcome = run_owned(
+            using,
+            lambda cursor: _insert(cursor, request),
+            in_transaction,
+            operation="record job enqueue intent",
+        )
+    if outcome.disposition == "inserted":
+        # After the caller's commit, never inside it (services/wakeup.py says why).
+        wake_after_commit(using, INTENTS_CHANNEL)
+    return outcome
 
 
 def _insert(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | None:
@@ -108,8 +114,9 @@ def _insert(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | N
         if request.organization_id is None
         else queries.RECORD_INTENT_ORG
     )
+    intent_id = uuid7()
     params = {
-        "id": uuid7(),
+        "id": intent_id,
         "job_type": request.job_type,
         "organization_id": request.organization_id,
         "payload": request.payload_json,
@@ -122,11 +129,10 @@ def _insert(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | N
         "snapshot": request.snapshot_json,
         "execution_resource_key": request.execution_resource_key,
     }
-    row = execute(cursor, sql, params, context="record job enqueue intent").fetchone()
-    if row is None:
+    if execute(cursor, sql, params, context="record job enqueue intent").rowcount != 1:
         return None
     return IntentOutcome(
-        intent_id=row[0], status=IntentStatus.PENDING, job_id=None, disposition="inserted"
+        intent_id=intent_id, status=IntentStatus.PENDING, job_id=None, disposition="inserted"
     )
 
 

@@ -28,8 +28,10 @@ JOBS_CHANNEL = "runledger_jobs"
 INTENTS_CHANNEL = "runledger_intents"
 """Intents were recorded: promoters have work."""
 
-COALESCE_SECONDS = 0.005
-"""At most one notification per channel and process in this window."""
+COALESCE_SECONDS = 0.02
+"""At most one notification per channel and process in this window. A listener that was
+woken keeps looking for longer than this (the worker's HOT_SECONDS), so work committed inside
+the window is found without a notification of its own."""
 
 _last_sent: dict[tuple[str, str], float] = {}
 _lock = threading.Lock()

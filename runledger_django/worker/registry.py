@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import autodiscover_modules
@@ -40,12 +40,46 @@ class Handler:
         )
 
 
+DEFAULT_QUEUE = "default"
+"""The queue of handlers registered with ``@job_handler``."""
+
+
+class HandlerSource(Protocol):
+    """Job types whose handlers are found at run time rather than registered up front (the
+    ``django.tasks`` backend: any task function, on any of its queues)."""
+
+    def job_types(self, queues: Sequence[str] | None, *, using: str) -> list[str]:
+        """The job types this source can run now, on ``queues`` (None: every queue). May read
+        the database (a worker refreshes them every poll interval)."""
+
+    def resolve(self, job_type: str) -> Handler | None:
+        """The handler for ``job_type``, or None when it is not one of this source's."""
+
+
 class Registry:
-    """Job type -> handler. One per process (``registry``); tests may build their own."""
+    """Job type -> handler. One per process (``registry``); tests may build their own.
+
+    Handlers registered with ``@job_handler`` run on the ``default`` queue; sources add job
+    types found at run time.
+    """
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._sources: list[HandlerSource] = []
         self._lock = threading.Lock()
+
+    def add_source(self, source: HandlerSource) -> None:
+        with self._lock:
+            if source not in self._sources:
+                self._sources.append(source)
+
+    def remove_source(self, source: HandlerSource) -> None:
+        with self._lock:
+            if source in self._sources:
+                self._sources.remove(source)
+
+    def sources(self) -> list[HandlerSource]:
+        return list(self._sources)
 
     def register(self, handler: Handler) -> None:
         with self._lock:
@@ -61,10 +95,25 @@ class Registry:
             self._handlers.pop(job_type, None)
 
     def get(self, job_type: str) -> Handler | None:
-        return self._handlers.get(job_type)
+        handler = self._handlers.get(job_type)
+        if handler is None:
+            for source in self.sources():
+                handler = source.resolve(job_type)
+                if handler is not None:
+                    break
+        return handler
 
     def job_types(self) -> list[str]:
+        """The job types registered with ``@job_handler`` (sources not included)."""
         return sorted(self._handlers)
+
+    def runnable_job_types(self, queues: Sequence[str] | None, *, using: str) -> list[str]:
+        """Every job type a worker serving ``queues`` runs now: the registered handlers' (on
+        the default queue) and those its sources find."""
+        types = set(self._handlers) if queues is None or DEFAULT_QUEUE in queues else set()
+        for source in self.sources():
+            types.update(source.job_types(queues, using=using))
+        return sorted(types)
 
     def handlers(self) -> list[Handler]:
         return [self._handlers[job_type] for job_type in self.job_types()]

@@ -18,11 +18,14 @@ from .registry import Registry, registry
 from .runtime import make_worker_id
 
 
-def handled_job_types(job_types: Iterable[str] | None, handlers: Registry = registry) -> list[str]:
-    """The job types to run: every registered one by default, else those asked for, each of
-    which must have a handler (a job nobody can run is better left PENDING than claimed)."""
+def handled_job_types(
+    job_types: Iterable[str] | None, handlers: Registry = registry, *, using: str = DEFAULT_USING
+) -> list[str]:
+    """The job types to run: every runnable one by default (registered handlers and what the
+    registry's sources find), else those asked for, each of which must have a handler (a job
+    nobody can run is better left PENDING than claimed)."""
     if job_types is None:
-        return handlers.job_types()
+        return handlers.runnable_job_types(None, using=using)
     types = validate_job_types(job_types)
     missing = [job_type for job_type in types if handlers.get(job_type) is None]
     if missing:
@@ -63,12 +66,12 @@ def run_jobs(
     refuse_inside_atomic(using, "run_jobs")
     if limit is not None and (type(limit) is not int or limit < 0):
         raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "limit must be a non-negative int")
-    types = handled_job_types(job_types)
+    types = handled_job_types(job_types, using=using)
     if not types:
         return WorkReport()
+    handlers = [registry.get(job_type) for job_type in types]
     ensure_job_definitions(
-        [handler.defaults() for handler in registry.handlers() if handler.job_type in types],
-        using=using,
+        [handler.defaults() for handler in handlers if handler is not None], using=using
     )
     while reap_expired_leases(types, using=using).batch_was_full:
         pass

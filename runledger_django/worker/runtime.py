@@ -26,7 +26,7 @@ from typing import TypeVar
 
 from django.db import connections
 
-from ..domain import ClaimedJob, ReapReport, WorkReport
+from ..domain import ClaimedJob, JobLease, ReapReport, WorkReport
 from ..errors import RunledgerError
 from ..services.claim import claim_jobs, ensure_job_definitions
 from ..services.lifecycle import hand_back_leases
@@ -48,6 +48,8 @@ HOT_SECONDS = 0.05
 """After a wake-up or a non-empty claim, keep looking this long (every HOT_TICK_SECONDS):
 work committed just after a coalesced notification is found without waiting for a poll."""
 HOT_TICK_SECONDS = 0.01
+MIN_REFRESH_SECONDS = 5.0
+"""At most this often a worker re-reads job types its sources find at run time."""
 SHUTDOWN_REASON = "WORKER_SHUTDOWN"
 STUCK_REASON = "WORKER_STUCK"
 
@@ -65,6 +67,12 @@ def make_worker_id() -> str:
 @dataclass
 class WorkerConfig:
     job_types: list[str]
+    """The job types to run. Without ``fixed_job_types`` the worker refreshes this list from
+    its registry (sources such as the Tasks backend find new types at run time)."""
+    fixed_job_types: bool = True
+    queues: list[str] | None = None
+    """The queues to serve (None: every queue); handlers of ``@job_handler`` are on
+    ``default``."""
     concurrency: int = 1
     promote: bool = False
     burst: bool = False
@@ -136,7 +144,7 @@ class Worker:
         self.force = force or threading.Event()
         self.on_run = on_run
         self.counts = _Counts()
-        self.inflight: dict[object, Execution] = {}
+        self.inflight: dict[JobLease, Execution] = {}
         self.inflight_lock = threading.Lock()
         self.wake = threading.Event()
         self.notified = threading.Event()
@@ -149,6 +157,8 @@ class Worker:
             limit_seconds=config.outage_limit, logger=logger, what=f"worker {config.worker_id}"
         )
         self.threads: list[threading.Thread] = []
+        self.defined: set[str] = set()
+        """Job types whose definition this worker made sure of."""
         self.stuck = False
         self.outage_error: OutageLimitExceededError | None = None
 
@@ -207,7 +217,7 @@ class Worker:
         execution.run = run
         execution.done.set()
         with self.inflight_lock:
-            self.inflight.pop(execution.lease.job_id, None)
+            self.inflight.pop(execution.lease, None)
         self.counts.add(run)
         self._schedule_retry(execution, run)
         self._report(run)
@@ -346,17 +356,27 @@ class Worker:
         self.outage.succeeded()
         return result
 
+    def _refresh_job_types(self) -> None:
+        """Re-read the job types to run (sources may find new ones) and make sure each has a
+        definition; the list is replaced whole, so the other threads never see it half-built."""
+        config = self.config
+        if not config.fixed_job_types:
+            config.job_types = self.registry.runnable_job_types(config.queues, using=config.using)
+        known = set(self.defined)
+        new = [job_type for job_type in config.job_types if job_type not in known]
+        if new:
+            handlers = [self.registry.get(job_type) for job_type in new]
+            defaults = [handler.defaults() for handler in handlers if handler is not None]
+            ensure_job_definitions(defaults, using=config.using)
+            self.defined.update(new)
+
     def _loop(self) -> str:
         config = self.config
-        defaults = [
-            h.defaults() for h in self.registry.handlers() if h.job_type in config.job_types
-        ]
-        while (
-            self._with_database(lambda: ensure_job_definitions(defaults, using=config.using))
-            is None
-        ):
+        while self._with_database(self._refresh_job_types) is None:
             if self.stop.is_set():
                 return "stopped by signal"
+        refresh = not config.fixed_job_types and bool(self.registry.sources())
+        next_refresh = time.monotonic() + max(config.poll_interval, MIN_REFRESH_SECONDS)
         next_reap = time.monotonic()
         next_poll = 0.0
         hot_until = 0.0
@@ -369,6 +389,10 @@ class Worker:
             if now >= next_reap:
                 if self._with_database(self._reap) is not None:
                     next_reap = time.monotonic() + config.reaper_interval
+                continue
+            if refresh and now >= next_refresh:
+                if self._with_database(self._refresh_job_types) is not None:
+                    next_refresh = now + max(config.poll_interval, MIN_REFRESH_SECONDS)
                 continue
             if self.notified.is_set() or self._timer_due(now):
                 self.notified.clear()
@@ -452,7 +476,9 @@ class Worker:
         for job in claimed:
             execution = Execution(job, lease_seconds=self.config.lease_seconds)
             with self.inflight_lock:
-                self.inflight[job.lease.job_id] = execution
+                # Keyed by the exact lease, not the job: a timed-out attempt whose handler
+                # still runs and the job's next attempt on this worker are both in flight.
+                self.inflight[job.lease] = execution
             self.tasks.put(execution)
 
     def _enforce_deadlines(self, now: float) -> None:

@@ -35,6 +35,15 @@ class Command(BaseCommand):
             help="Run this job type (repeatable). Default: every registered job type.",
         )
         parser.add_argument(
+            "--queue",
+            action="append",
+            type=cli.queue_name,
+            default=None,
+            metavar="QUEUE",
+            help="Serve this queue (repeatable). Default: every queue. Handlers registered "
+            "with @job_handler are on the 'default' queue; Django tasks on their own.",
+        )
+        parser.add_argument(
             "--concurrency",
             type=cli.concurrency,
             default=1,
@@ -69,15 +78,21 @@ class Command(BaseCommand):
         verbosity: int = options["verbosity"]
         as_json: bool = options["json"]
         autodiscover()
+        explicit = options["job_type"]
+        queues = options["queue"]
         with cli.runledger_errors():
-            job_types = handled_job_types(options["job_type"])
-        if not job_types:
+            job_types = handled_job_types(explicit) if explicit else registry.job_types()
+        if not job_types and not registry.sources():
             raise CommandError(
                 "No job handlers are registered: decorate functions with @job_handler in a "
                 "jobs.py module of an installed app."
             )
+        if explicit is None and queues is not None and "default" not in queues:
+            job_types = []  # the registered handlers are on the default queue
         config = WorkerConfig(
             job_types=job_types,
+            fixed_job_types=explicit is not None,
+            queues=queues,
             concurrency=options["concurrency"],
             promote=options["promote"],
             burst=options["burst"],
@@ -112,8 +127,10 @@ class Command(BaseCommand):
 
         if verbosity >= 1:
             (self.stderr if as_json else self.stdout).write(
-                f"runledger worker {config.worker_id}: {len(job_types)} job types, "
-                f"concurrency {config.concurrency}"
+                f"runledger worker {config.worker_id}: "
+                + (f"{len(job_types)} job types" if explicit else "every job type")
+                + (f" on queues {', '.join(queues)}" if queues else "")
+                + f", concurrency {config.concurrency}"
                 + (", promoting intents" if config.promote else "")
                 + (", burst" if config.burst else "")
             )
