@@ -17,18 +17,41 @@ PUBLIC_NAMES = [
     "IntentMetrics",
     "IntentOutcome",
     "IntentStatus",
+    "JobContext",
+    "JobMetrics",
     "PromotionReport",
     "ReadScope",
+    "RetryJob",
     "RunledgerError",
+    "TerminalJobError",
+    "WorkReport",
+    "cancel_job",
     "delete_promoted_intents_before",
     "delete_promoted_intents_for_jobs",
     "enqueue_job",
     "get_intent",
     "intent_metrics",
+    "job_handler",
+    "job_metrics",
     "list_intents",
     "promote_intents",
     "record_intent",
+    "requeue_job",
+    "run_jobs",
 ]
+
+# Where each name of the worker runtime is defined (SPEC "Running jobs"): the facade only
+# re-exports, and JobAttempt is a model, importable from runledger_django.models only.
+WORKER_RUNTIME_ORIGINS = {
+    "JobContext": "runledger_django.worker.context",
+    "RetryJob": "runledger_django.worker.outcomes",
+    "TerminalJobError": "runledger_django.worker.outcomes",
+    "job_handler": "runledger_django.worker.registry",
+    "run_jobs": "runledger_django.worker.run",
+    "WorkReport": "runledger_django.domain",
+    "cancel_job": "runledger_django.services.job_control",
+    "requeue_job": "runledger_django.services.job_control",
+}
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +64,18 @@ def test_all__package_and_api__pinned_and_sorted() -> None:
 @pytest.mark.parametrize("name", PUBLIC_NAMES)
 def test_package_attribute__same_object_as_api(name: str) -> None:
     assert getattr(runledger_django, name) is getattr(api, name)
+
+
+@pytest.mark.parametrize(("name", "module"), sorted(WORKER_RUNTIME_ORIGINS.items()))
+def test_worker_runtime_names__reexported_from_their_modules(name: str, module: str) -> None:
+    assert getattr(runledger_django, name).__module__ == module
+
+
+def test_job_attempt__importable_from_models_not_the_package() -> None:
+    from runledger_django.models import JobAttempt
+
+    assert JobAttempt._meta.db_table == "runledger_job_attempts"
+    assert "JobAttempt" not in runledger_django.__all__
 
 
 def test_dir__lists_the_public_names() -> None:

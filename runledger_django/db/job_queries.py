@@ -353,7 +353,8 @@ moved AS (
         last_error_code = %(code)s,
         last_error_message = %(message)s
     FROM decided
-    WHERE job.id = decided.id AND """
+    -- Invalid retry timing (checked by the caller) may only dead-letter, never retry.
+    WHERE job.id = decided.id AND (decided.dead OR %(timing_valid)s) AND """
     + _LIVE_LEASE
     + """
     RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
@@ -647,7 +648,8 @@ REQUEUE_JOB: Final[LiteralString] = (
 /* runledger:requeue_job */
 WITH target AS MATERIALIZED (
     SELECT job.id, job.status, job.run_number,
-           job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp()
+           -- A job cancelled while PENDING has no lease expiry: NULL must mean quiescent.
+           COALESCE(job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp(), false)
                AS not_quiesced
     FROM runledger_job_queue job
     WHERE """

@@ -203,13 +203,16 @@ def complete_job_failure(
     A TERMINAL or PANICKED failure dead-letters at once; so does any failure of the last
     allowed attempt. Otherwise the job is PENDING again at the handler's requested time
     (``retry_after_ms`` or ``retry_at``) or, without one, after the policy delay. Retry timing
-    is neither checked nor used when the job dead-letters.
+    is neither checked nor used when the job dead-letters: whether the last attempt failed is
+    only known under the row lock, so invalid timing goes to the statement, which then
+    dead-letters an exhausted job and leaves any other untouched.
 
     Transaction: one statement, its own transaction (or the caller's atomic block).
 
     Raises:
-        RunledgerError: ``job.invalid_retry_timing`` (retryable kinds) or
-            ``job.invalid_argument`` before any SQL; ``job.lease_owner_mismatch``.
+        RunledgerError: ``job.invalid_argument`` before any SQL; ``job.invalid_retry_timing``
+            (a retryable failure that would retry; nothing is written);
+            ``job.lease_owner_mismatch``.
     """
     checked = validate_lease(lease)
     if not isinstance(failure, JobFailure):
@@ -218,8 +221,12 @@ def complete_job_failure(
     policy: int | None = None
     after: int | None = None
     at: dt.datetime | None = None
+    invalid_timing: RunledgerError | None = None
     if kind.is_retryable:
-        policy, after, at = _retry_timing(failure)
+        try:
+            policy, after, at = _retry_timing(failure)
+        except RunledgerError as error:
+            invalid_timing = error
     rows = transition(
         using,
         job_queries.COMPLETE_FAILURE,
@@ -234,11 +241,12 @@ def complete_job_failure(
             "policy_retry_delay_ms": policy,
             "retry_after_ms": after,
             "retry_at": at,
+            "timing_valid": invalid_timing is None,
         },
         context="fail job",
     )
     if not rows:
-        raise lease_mismatch(checked)
+        raise invalid_timing or lease_mismatch(checked)
     status, next_run_at = rows[0]
     job_status = JobStatus(status)
     return FailureOutcome(

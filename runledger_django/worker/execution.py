@@ -6,17 +6,23 @@ import datetime as dt
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
+
+from django.db import connections
 
 from ..domain import ClaimedJob, FailureKind, JobFailure, JobLease, JobStatus
 from ..errors import CATALOG, Code, RunledgerError
 from ..services.lifecycle import complete_job_failure, complete_job_success
+from ..services.outage import is_outage
 from .context import JobContext
 from .outcomes import failure_for, failure_from_exception
 from .registry import Registry
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 RunOutcome = Literal["succeeded", "retried", "dead_lettered", "lease_lost", "persist_failed"]
 
@@ -158,12 +164,29 @@ def _is_lease_loss(exc: BaseException) -> bool:
     return isinstance(exc, RunledgerError) and exc.code == Code.LEASE_OWNER_MISMATCH
 
 
+def _persist(write: Callable[[], T], *, using: str) -> T:
+    """Run an outcome write, and once more on a new connection when the one it used turned
+    out dead (terminated, or the server restarted, while the executor waited for work): a
+    blip must not cost the attempt its outcome. The write is fenced by the lease, so running
+    it twice can never record the attempt twice."""
+    try:
+        return write()
+    except RunledgerError as error:
+        connection = connections[using]
+        if not is_outage(error) or connection.in_atomic_block:
+            raise
+        connection.close()
+        return write()
+
+
 def _record(execution: Execution, failure: JobFailure | None, output: Any, *, using: str) -> JobRun:
     lease = execution.lease
     try:
         if failure is None:
             try:
-                complete_job_success(lease, output=output, using=using)
+                _persist(
+                    lambda: complete_job_success(lease, output=output, using=using), using=using
+                )
             except RunledgerError as error:
                 if error.code != Code.INVALID_OUTPUT:
                     raise
@@ -176,7 +199,8 @@ def _record(execution: Execution, failure: JobFailure | None, output: Any, *, us
                 )
             else:
                 return execution.make_run("succeeded", None)
-        outcome = complete_job_failure(lease, failure, using=using)
+        checked = failure
+        outcome = _persist(lambda: complete_job_failure(lease, checked, using=using), using=using)
     except RunledgerError as error:
         if error.code == Code.LEASE_OWNER_MISMATCH:
             execution.mark_lost("the outcome was refused by the lease fence")

@@ -78,7 +78,10 @@ def class_path(exc: BaseException) -> str:
 
 
 def _message(exc: BaseException, fallback: Code) -> str:
-    text = str(exc).strip()
+    try:
+        text = str(exc).strip()
+    except Exception:  # a broken __str__ must not keep the failure from being recorded
+        text = ""
     described = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     if isinstance(exc, RetryJob | TerminalJobError):
         described = text or CATALOG[fallback][1]

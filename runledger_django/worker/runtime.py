@@ -356,9 +356,10 @@ class Worker:
         self.outage.succeeded()
         return result
 
-    def _refresh_job_types(self) -> None:
+    def _refresh_job_types(self) -> bool:
         """Re-read the job types to run (sources may find new ones) and make sure each has a
-        definition; the list is replaced whole, so the other threads never see it half-built."""
+        definition; the list is replaced whole, so the other threads never see it half-built.
+        Returns True: ``_with_database`` reports a failure as None."""
         config = self.config
         if not config.fixed_job_types:
             config.job_types = self.registry.runnable_job_types(config.queues, using=config.using)
@@ -369,6 +370,7 @@ class Worker:
             defaults = [handler.defaults() for handler in handlers if handler is not None]
             ensure_job_definitions(defaults, using=config.using)
             self.defined.update(new)
+        return True
 
     def _loop(self) -> str:
         config = self.config
