@@ -73,6 +73,7 @@ class Code(StrEnum):
     LEASE_EXPIRED = "job.lease_expired"
     LEASE_MAINTENANCE_FAILED = "job.lease_maintenance_failed"
     WORKER_REQUIRES_OWN_TRANSACTION = "job.worker_requires_own_transaction"
+    HANDLER_LEFT_TRANSACTION_OPEN = "job.handler_left_transaction_open"
     INVALID_PERSISTED_JOB = "job.invalid_persisted_row"
     DB_UNIQUE_VIOLATION = "db.unique_violation"
     DB_RELATED_RESOURCE_MISSING = "db.related_resource_missing"
@@ -193,6 +194,10 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
         "Jobs must be run outside any transaction.",
     ),
     Code.INVALID_PERSISTED_JOB: (_I, "Job contains invalid persisted state."),
+    Code.HANDLER_LEFT_TRANSACTION_OPEN: (
+        _I,
+        "Job handler returned with a database transaction still open; its work was rolled back.",
+    ),
     Code.DB_UNIQUE_VIOLATION: (_C, "Resource already exists."),
     Code.DB_RELATED_RESOURCE_MISSING: (_V, "Related resource does not exist."),
     Code.DB_RELATED_RESOURCE_STILL_REFERENCED: (

@@ -795,6 +795,20 @@ def test_indexes__contract_definitions() -> None:
     assert found == CONTRACT_INDEXES
 
 
+def test_resource_claims__only_the_key_and_job_indexes() -> None:
+    """Claims are found by equality only: Django's LIKE index on the text primary key is
+    dropped, so a keyed claim writes two index entries, not three."""
+    found = sorted(
+        name
+        for (name,) in rows(
+            "SELECT indexname FROM pg_indexes "
+            "WHERE tablename = 'runledger_job_execution_resource_claims'"
+        )
+    )
+    assert len(found) == 2, found
+    assert not any(name.endswith("_like") for name in found), found
+
+
 def test_unique_indexes__global_and_organization_scopes_independent() -> None:
     org = uuid.uuid4()
     insert_raw_intent(idempotency_key="same")

@@ -104,6 +104,29 @@ DROP TRIGGER trg_job_queue_require_execution_resource_claim ON runledger_job_que
 DROP FUNCTION runledger_require_execution_resource_claim();
 """
 
+# Django gives every text primary key a text_pattern_ops index for LIKE lookups; claims are
+# only ever looked up by equality, and every keyed claim would pay for it. Django creates that
+# index at the end of the migration (deferred SQL), so the drop is deferred behind it.
+DROP_PATTERN_INDEX = """
+DO $$
+DECLARE pattern_index text;
+BEGIN
+    FOR pattern_index IN
+        SELECT indexname FROM pg_indexes
+        WHERE tablename = 'runledger_job_execution_resource_claims'
+          AND indexdef LIKE '%text_pattern_ops%'
+    LOOP
+        EXECUTE format('DROP INDEX %I', pattern_index);
+    END LOOP;
+END
+$$;
+"""
+
+
+def drop_pattern_index(apps: object, schema_editor: object) -> None:
+    schema_editor.deferred_sql.append(DROP_PATTERN_INDEX)  # type: ignore[attr-defined]
+
+
 # The audit trail is append-only: ids come from the database alone (reference 1.5).
 EVENT_IDS_ALWAYS = "ALTER TABLE runledger_job_events ALTER COLUMN id SET GENERATED ALWAYS;"
 EVENT_IDS_ALWAYS_REVERSE = (
@@ -292,4 +315,5 @@ class Migration(migrations.Migration):
         migrations.RunSQL(CHECKS, CHECKS_REVERSE),
         migrations.RunSQL(RESOURCE_TRIGGERS, RESOURCE_TRIGGERS_REVERSE),
         migrations.RunSQL(EVENT_IDS_ALWAYS, EVENT_IDS_ALWAYS_REVERSE),
+        migrations.RunPython(drop_pattern_index, migrations.RunPython.noop),
     ]

@@ -115,7 +115,8 @@ def scope_params(job_id: object, scope: object) -> dict[str, Any]:
 
 def refuse_inside_atomic(using: str, operation: str) -> None:
     """Running jobs takes many short transactions of its own, never the caller's."""
-    if connections[using].in_atomic_block:
+    connection = connections[using]
+    if connection.in_atomic_block or not connection.get_autocommit():
         raise RunledgerError.for_code(
             Code.WORKER_REQUIRES_OWN_TRANSACTION, f"{operation} was called inside an atomic block"
         )

@@ -141,12 +141,22 @@ def execute(execution: Execution, registry: Registry, *, using: str) -> JobRun:
         )
     else:
         context = JobContext(execution, using=using)
+        depths = _transaction_depths()
         try:
             output = handler.func(context)
         except BaseException as exc:  # a handler's failure is data, whatever it raised
             if _is_lease_loss(exc):
                 execution.mark_lost("a fenced write was refused")
             failure = failure_from_exception(exc, attempt=attempt, job_id=job_id)
+        if discard_open_transactions(depths) and failure is None:
+            # Its work rolled back with the transaction: reporting success would be a lie.
+            failure = failure_for(
+                FailureKind.RETRYABLE,
+                Code.HANDLER_LEFT_TRANSACTION_OPEN,
+                CATALOG[Code.HANDLER_LEFT_TRANSACTION_OPEN][1],
+                attempt=attempt,
+                job_id=job_id,
+            )
         if time.monotonic() >= execution.deadline:
             failure = failure_for(
                 FailureKind.TIMEOUT,
@@ -158,6 +168,60 @@ def execute(execution: Execution, registry: Registry, *, using: str) -> JobRun:
     if execution.lost.is_set():
         return execution.make_run("lease_lost", Code.LEASE_OWNER_MISMATCH.value)
     return _record(execution, failure, output, using=using)
+
+
+def _transaction_depths() -> dict[str, int]:
+    """How deep in transactions each open connection of this thread is (autocommit off
+    counts as one level)."""
+    return {
+        connection.alias: len(connection.atomic_blocks) + (not connection.get_autocommit())
+        for connection in connections.all(initialized_only=True)
+        if connection.connection is not None
+    }
+
+
+def discard_open_transactions(before: dict[str, int] | None = None) -> bool:
+    """Find transactions a handler left open (a manual ``set_autocommit(False)``, an atomic
+    block entered by hand) compared with ``before``; return whether there was one.
+
+    The outcome is written on the same thread's connection: inside a leftover transaction it
+    would be rolled back with it. A connection that was outside any transaction before is
+    rolled back and closed; the next use opens a fresh one.
+    """
+    found = False
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        depth_before = (before or {}).get(connection.alias, 0)
+        depth = len(connection.atomic_blocks) + (not connection.get_autocommit())
+        if depth <= depth_before:
+            continue
+        found = True
+        if depth_before == 0:
+            # Leave the abandoned atomic state first, or close() keeps the wrapper "inside a
+            # transaction" and refuses to reconnect.
+            connection.in_atomic_block = False
+            connection.atomic_blocks = []
+            connection.savepoint_ids = []
+            connection.needs_rollback = False
+            connection.close()
+    return found
+
+
+def tidy_connections() -> None:
+    """After a job: drop connections the handler broke, keep healthy ones (a worker's
+    connections live as long as the worker, whatever CONN_MAX_AGE says for requests, unless
+    CONN_MAX_AGE is set to a limit, which is honoured)."""
+    discard_open_transactions()
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is None:
+            continue
+        if connection.settings_dict.get("CONN_MAX_AGE"):
+            connection.close_if_unusable_or_obsolete()
+        elif connection.errors_occurred and not connection.is_usable():
+            connection.close()
+        else:
+            connection.errors_occurred = False
 
 
 def _is_lease_loss(exc: BaseException) -> bool:

@@ -35,7 +35,7 @@ from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
 from ..uuid7 import uuid7
-from .execution import Execution, JobRun, execute, record_timeout
+from .execution import Execution, JobRun, execute, record_timeout, tidy_connections
 from .heartbeat import Heartbeater
 from .listener import Listener
 from .registry import Registry
@@ -208,7 +208,7 @@ class Worker:
                     execution.mark_lost("running the job failed unexpectedly")
                     run = execution.make_run("persist_failed", None)
                 finally:
-                    _tidy_connections()
+                    tidy_connections()
                 self._finished(execution, run)
         finally:
             connections.close_all()
@@ -555,20 +555,3 @@ class Worker:
     def _running(self) -> list[Execution]:
         """Attempts whose outcome is still this worker's to record."""
         return [e for e in self.executions() if e.active]
-
-
-def _tidy_connections() -> None:
-    """After a handler: drop connections it broke or left mid-transaction, keep healthy ones
-    (a worker's connections live as long as the worker, whatever CONN_MAX_AGE says for
-    requests, unless CONN_MAX_AGE is set to a limit, which is honoured)."""
-    for connection in connections.all(initialized_only=True):
-        if connection.connection is None:
-            continue
-        if connection.in_atomic_block or not connection.get_autocommit():
-            connection.close()
-        elif connection.settings_dict.get("CONN_MAX_AGE"):
-            connection.close_if_unusable_or_obsolete()
-        elif connection.errors_occurred and not connection.is_usable():
-            connection.close()
-        else:
-            connection.errors_occurred = False

@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 
 from runledger_django import (
     JobContext,
@@ -512,6 +512,35 @@ def test_run_jobs__expired_leases__reaped_first(enqueue: Enqueue, outcomes: dict
     make_due(job_id)
     assert run_jobs([TYPE]) == WorkReport(claimed=1, succeeded=1)
     assert attempt_of(job_id)["attempt"] == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_run_jobs__handler_leaves_transaction_open__retried_and_its_work_rolled_back(
+    enqueue: Enqueue, register: Register
+) -> None:
+    """A handler that returns inside a transaction (an atomic block entered by hand) did not
+    commit its work: the attempt fails instead of succeeding, the leftover transaction is
+    rolled back, and the next job runs on a clean connection."""
+
+    def leaky(job: JobContext) -> str:
+        transaction.atomic().__enter__()
+        run_sql(
+            "INSERT INTO shop_orders (reference, customer_email, total_cents, created_at) "
+            "VALUES ('leaked', 'a@example.com', 1, now())"
+        )
+        return "done"
+
+    register(TYPE, leaky, max_attempts=3)
+    job_id = enqueue({})
+
+    report = run_jobs([TYPE])
+
+    assert report == WorkReport(claimed=1, retried=1)
+    assert job_row(job_id)["last_error_code"] == "job.handler_left_transaction_open"
+    assert attempt_of(job_id)["outcome"] == "RETRY_SCHEDULED"
+    assert run_sql("SELECT count(*) FROM shop_orders WHERE reference = 'leaked'") == [(0,)]
+    assert not connection.in_atomic_block
+    assert connection.get_autocommit()
 
 
 def test_run_jobs__inside_atomic_block__refused(outcomes: dict[str, Any]) -> None:
