@@ -208,6 +208,13 @@ def discard_open_transactions(before: dict[str, int] | None = None) -> bool:
     return found
 
 
+def drop_dead_connections() -> None:
+    """Close this thread's connections that no longer answer, so the next query reconnects."""
+    for connection in connections.all(initialized_only=True):
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()
+
+
 def tidy_connections() -> None:
     """After a job: drop connections the handler broke, keep healthy ones (a worker's
     connections live as long as the worker, whatever CONN_MAX_AGE says for requests, unless

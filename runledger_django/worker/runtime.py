@@ -35,7 +35,14 @@ from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
 from ..uuid7 import uuid7
-from .execution import Execution, JobRun, execute, record_timeout, tidy_connections
+from .execution import (
+    Execution,
+    JobRun,
+    drop_dead_connections,
+    execute,
+    record_timeout,
+    tidy_connections,
+)
 from .heartbeat import Heartbeater
 from .listener import Listener
 from .registry import Registry
@@ -48,6 +55,8 @@ HOT_SECONDS = 0.05
 """After a wake-up or a non-empty claim, keep looking this long (every HOT_TICK_SECONDS):
 work committed just after a coalesced notification is found without waiting for a poll."""
 HOT_TICK_SECONDS = 0.01
+IDLE_CHECK_SECONDS = 5.0
+"""An executor idle this long checks its connections before the next handler runs."""
 MIN_REFRESH_SECONDS = 5.0
 """At most this often a worker re-reads job types its sources find at run time."""
 SHUTDOWN_REASON = "WORKER_SHUTDOWN"
@@ -191,11 +200,16 @@ class Worker:
     # --- threads ---------------------------------------------------------------------------
 
     def _executor(self) -> None:
+        last_job = time.monotonic()
         try:
             while True:
                 execution = self.tasks.get()
                 if execution is None:
                     return
+                if time.monotonic() - last_job > IDLE_CHECK_SECONDS:
+                    # A connection that sat idle may have died meanwhile (a server restart,
+                    # an idle timeout): find out now, not in the handler's first query.
+                    drop_dead_connections()
                 try:
                     run = execute(execution, self.registry, using=self.config.using)
                 except Exception:
@@ -209,6 +223,7 @@ class Worker:
                     run = execution.make_run("persist_failed", None)
                 finally:
                     tidy_connections()
+                    last_job = time.monotonic()
                 self._finished(execution, run)
         finally:
             connections.close_all()

@@ -527,3 +527,32 @@ def test_worker__error_around_a_handler__lease_given_up_capacity_kept(
     assert running.worker.executions() == []
     assert job_row(first)["status"] == "LEASED"
     assert running.finish().exit_code == EXIT_OK
+
+
+def test_worker__handler_connection_died_while_idle__handler_query_reconnects(
+    start_worker: StartWorker, enqueue: Enqueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An executor whose connection died while it waited for work (a server restart, an idle
+    timeout) finds out before the next handler runs, so the handler's own first query does
+    not fail and burn an attempt."""
+    from runledger_django.worker import runtime
+
+    monkeypatch.setattr(runtime, "IDLE_CHECK_SECONDS", 0.0)
+    backends: list[int] = []
+
+    def query(job: JobContext) -> int:
+        pid = run_sql("SELECT pg_backend_pid()")[0][0]
+        backends.append(pid)
+        return int(pid)
+
+    running = start_worker({TYPE: query})
+    first = enqueue({})
+    wait_until(lambda: job_row(first)["status"] == JobStatus.SUCCEEDED)
+    killed = run_sql("SELECT pg_terminate_backend(%s)", [backends[0]])
+    assert killed == [(True,)]
+    second = enqueue({})
+    wait_until(lambda: job_row(second)["status"] == JobStatus.SUCCEEDED)
+    running.finish()
+
+    assert [a["failure_kind"] for a in attempt_rows(second)] == [None]
+    assert backends[1] != backends[0]
