@@ -33,6 +33,10 @@ DEFAULT_AUTO_FIELD = base.DEFAULT_AUTO_FIELD
 
 RUNLEDGER = {"PROMOTE_JOB_TYPES": None}
 
+# Django's Tasks API (Django 6 and newer; Django 5.2 ignores the setting): @task functions are
+# recorded as intents in the caller's transaction and run by runledger_worker --promote.
+TASKS = {"default": {"BACKEND": "runledger_django.tasks.RunledgerTaskBackend"}}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

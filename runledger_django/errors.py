@@ -74,6 +74,10 @@ class Code(StrEnum):
     LEASE_MAINTENANCE_FAILED = "job.lease_maintenance_failed"
     WORKER_REQUIRES_OWN_TRANSACTION = "job.worker_requires_own_transaction"
     HANDLER_LEFT_TRANSACTION_OPEN = "job.handler_left_transaction_open"
+    TASK_NOT_FOUND = "job.task_not_found"
+    TASK_INVALID = "job.task_invalid"
+    TASK_BACKEND_UNAVAILABLE = "job.task_backend_unavailable"
+    TASK_PAYLOAD_INVALID = "job.task_payload_invalid"
     INVALID_PERSISTED_JOB = "job.invalid_persisted_row"
     DB_UNIQUE_VIOLATION = "db.unique_violation"
     DB_RELATED_RESOURCE_MISSING = "db.related_resource_missing"
@@ -194,6 +198,10 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
         "Jobs must be run outside any transaction.",
     ),
     Code.INVALID_PERSISTED_JOB: (_I, "Job contains invalid persisted state."),
+    Code.TASK_NOT_FOUND: (_I, "The task's function could not be imported on the worker."),
+    Code.TASK_INVALID: (_I, "The task is not a valid Django task for its backend."),
+    Code.TASK_BACKEND_UNAVAILABLE: (_I, "The task's backend is not configured on the worker."),
+    Code.TASK_PAYLOAD_INVALID: (_I, "The job does not carry a task's payload."),
     Code.HANDLER_LEFT_TRANSACTION_OPEN: (
         _I,
         "Job handler returned with a database transaction still open; its work was rolled back.",

@@ -180,3 +180,16 @@ def job_handler(
 def autodiscover() -> None:
     """Import the ``jobs`` module of every installed app, as the admin does with ``admin``."""
     autodiscover_modules("jobs")
+
+
+def load_task_backends() -> None:
+    """Instantiate the configured ``django.tasks`` backends (Django 6 and newer), so that a
+    ``runledger_django.tasks`` backend registers its handler source before a worker lists its
+    job types. Through Django's own handler: this layer does not import the tasks package
+    (it sits above the worker), and ``--skip-checks`` skips the system check that would
+    otherwise have instantiated them."""
+    try:
+        from django.tasks import task_backends
+    except ImportError:  # Django 5.2 has no Tasks framework
+        return
+    task_backends.all()

@@ -14,7 +14,7 @@ from ..services.reaper import reap_expired_leases
 from ..validation import validate_job_types
 from .execution import Execution, execute
 from .heartbeat import Heartbeater
-from .registry import Registry, registry
+from .registry import Registry, load_task_backends, registry
 from .runtime import make_worker_id
 
 
@@ -66,6 +66,7 @@ def run_jobs(
     refuse_inside_atomic(using, "run_jobs")
     if limit is not None and (type(limit) is not int or limit < 0):
         raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "limit must be a non-negative int")
+    load_task_backends()
     types = handled_job_types(job_types, using=using)
     if not types:
         return WorkReport()

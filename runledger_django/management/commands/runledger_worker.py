@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from ...conf import conf
 from ...domain import WorkReport
 from ...worker.execution import JobRun
-from ...worker.registry import autodiscover, registry
+from ...worker.registry import autodiscover, load_task_backends, registry
 from ...worker.run import handled_job_types
 from ...worker.runtime import EXIT_OK, Worker, WorkerConfig
 from .. import cli
@@ -78,6 +78,7 @@ class Command(BaseCommand):
         verbosity: int = options["verbosity"]
         as_json: bool = options["json"]
         autodiscover()
+        load_task_backends()
         explicit = options["job_type"]
         queues = options["queue"]
         with cli.runledger_errors():

@@ -1,0 +1,581 @@
+"""``RunledgerTaskBackend``: Django's Tasks API on runledger's intents, queue and worker.
+
+An enqueue records an enqueue intent in the caller's transaction (``record_intent``), the
+worker's promoter turns it into a job, and ``runledger_worker`` runs the job through the
+handler source of ``runner.py``. Why intents, and not the queue directly: docs/tasks.md.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
+
+from django.apps import apps
+from django.conf import settings
+from django.core.checks import CheckMessage, Error
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import Task, TaskResult, TaskResultStatus
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from ..domain import IntentOutcome
+from ..errors import RunledgerError
+from ..validation import INT32_MAX, encode_payload, validate_idempotency_key, validate_next_run_at
+from . import definitions
+from .naming import JobTypeError, parse_task_job_type, task_job_type
+from .results import build_result, django_time, enqueued_at_of, read_attempts
+
+if TYPE_CHECKING:
+    from ..models import Job, JobEnqueueIntent
+
+OPTION_KEYS = ("DATABASE", "MAX_ATTEMPTS", "TIMEOUT_SECONDS")
+
+VALIDATION_CACHE_SIZE = 1024
+"""Task options whose validation a backend remembers (cleared when full)."""
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+# django.tasks' Task is generic only in django-stubs; Generic makes RunledgerTask[[int], str]
+# work at run time as well.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunledgerTask(Task, Generic[_P, _R]):  # type: ignore[type-arg]
+    """The backend's ``task_class``: Django's ``Task`` plus an idempotency key."""
+
+    idempotency_key: str | None = None
+    """With a key, enqueueing the same task with the same arguments again returns the first
+    enqueue's result (from any process, before and after it ran); other arguments under the
+    same key raise ``RunledgerError`` ``job.intent_idempotency_conflict``. Without one, every
+    enqueue is a new task. Keys are scoped to the task and its queue."""
+
+    def with_idempotency_key(self, key: str) -> Self:
+        """This task with ``key`` (validated now: non-blank text of at most 1,024 bytes)."""
+        return replace(self, idempotency_key=key)
+
+
+def with_idempotency_key(task: Task[_P, _R], key: str) -> Task[_P, _R]:
+    """``task.with_idempotency_key(key)`` for type-checked code: django-stubs types what
+    ``@task`` returns as ``Task``, which has no such method.
+
+    Raises:
+        TypeError: ``task`` was not built by this backend's task class (its ``@task`` ran
+            while TASKS named another backend).
+        InvalidTask: ``key`` is not usable.
+    """
+    if not isinstance(task, RunledgerTask):
+        raise TypeError(
+            f"{task.module_path} is a {type(task).__name__}, not a RunledgerTask: define it "
+            "with @task while TASKS names RunledgerTaskBackend."
+        )
+    keyed: Task[_P, _R] = task.with_idempotency_key(key)
+    return keyed
+
+
+@dataclass(frozen=True, slots=True)
+class TaskPayload:
+    """What a task's job carries: the backend alias, whether the caller chose the key, and
+    the normalised arguments."""
+
+    backend: str
+    keyed: bool
+    args: list[Any]
+    kwargs: dict[str, Any]
+
+    @classmethod
+    def decode(cls, value: object) -> TaskPayload | None:
+        """The payload of a task's intent or job, or None when it is not one."""
+        if not isinstance(value, dict):
+            return None
+        backend, keyed = value.get("backend"), value.get("keyed")
+        args, kwargs = value.get("args"), value.get("kwargs")
+        if not (
+            isinstance(backend, str)
+            and isinstance(keyed, bool)
+            and isinstance(args, list)
+            and isinstance(kwargs, dict)
+        ):
+            return None
+        return cls(backend=backend, keyed=keyed, args=args, kwargs=kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendOptions:
+    """``OPTIONS`` of a backend, read once per instance."""
+
+    database: str
+    """The database alias the intents go to (default ``"default"``); a worker runs the tasks
+    of the backends whose database it works on."""
+    max_attempts: int | None
+    """Attempts of a new task's definition (None: the table default, 8). Operators change it
+    per task afterwards, in the admin's job definitions."""
+    timeout_seconds: int | None
+    """The run time limit of a new task's definition (None: the table default, 900 s)."""
+    problems: tuple[tuple[str, str, str], ...]
+    """``(check id, message, hint)`` for every invalid option."""
+
+
+def read_options(options: object) -> BackendOptions:
+    """Parse ``OPTIONS`` without raising: ``check()`` reports the problems, ``enqueue()``
+    refuses to run with any."""
+    problems: list[tuple[str, str, str]] = []
+    if not isinstance(options, Mapping):
+        problems.append(
+            ("runledger.E103", "OPTIONS must be a dict.", f"Known keys: {', '.join(OPTION_KEYS)}.")
+        )
+        options = {}
+    unknown = sorted(str(key) for key in options if key not in OPTION_KEYS)
+    if unknown:
+        problems.append(
+            (
+                "runledger.E103",
+                f"OPTIONS has unknown keys: {', '.join(unknown)}.",
+                f"Known keys: {', '.join(OPTION_KEYS)}.",
+            )
+        )
+    database = options.get("DATABASE", DEFAULT_DB_ALIAS)
+    if not isinstance(database, str) or database not in settings.DATABASES:
+        problems.append(
+            (
+                "runledger.E106",
+                f"OPTIONS['DATABASE'] must name a database in DATABASES, got {database!r}.",
+                "Leave it out to use 'default'.",
+            )
+        )
+        database = DEFAULT_DB_ALIAS
+    numbers: dict[str, int | None] = {}
+    for key, check_id in (
+        ("MAX_ATTEMPTS", "runledger.E104"),
+        ("TIMEOUT_SECONDS", "runledger.E105"),
+    ):
+        value = options.get(key)
+        if value is not None and (type(value) is not int or not 0 < value <= INT32_MAX):
+            problems.append(
+                (
+                    check_id,
+                    f"OPTIONS['{key}'] must be a positive 32-bit int or None, got {value!r}.",
+                    "It is the default of each new task's job definition.",
+                )
+            )
+            value = None
+        numbers[key] = value
+    return BackendOptions(
+        database=database,
+        max_attempts=numbers["MAX_ATTEMPTS"],
+        timeout_seconds=numbers["TIMEOUT_SECONDS"],
+        problems=tuple(problems),
+    )
+
+
+def _fresh_key() -> str:
+    """The key of an enqueue without one: unique, and time-ordered (nanoseconds, then 64
+    random bits) so new keys append to the unique index instead of scattering over it."""
+    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
+
+
+@functools.cache
+def _record_intent() -> Callable[..., IntentOutcome]:
+    # Imported on first use: the backend is built while apps load, before models import.
+    from ..services.intents import record_intent
+
+    return record_intent
+
+
+def load_task(module_path: str) -> Task[..., Any]:
+    """The ``Task`` object a module path names (``@task`` puts it under the function's name).
+
+    Raises:
+        ImportError: nothing importable has that path (the task moved or was renamed).
+        TypeError: the path names something that is not a ``django.tasks`` Task.
+    """
+    found = import_string(module_path)
+    if not isinstance(found, Task):
+        raise TypeError(f"{module_path} is a {type(found).__name__}, not a django.tasks Task")
+    return found
+
+
+class RunledgerTaskBackend(BaseTaskBackend):
+    """Enqueue tasks as runledger intents in the caller's transaction; run them with
+    ``runledger_worker``. ``OPTIONS``: ``DATABASE``, ``MAX_ATTEMPTS``, ``TIMEOUT_SECONDS``."""
+
+    task_class = RunledgerTask
+
+    supports_defer = True
+    """``run_after`` becomes the job's ``next_run_at``: it never runs earlier."""
+    supports_async_task = True
+    """Coroutine functions run through ``Task.call`` in the worker."""
+    supports_get_result = True
+    """Results are rows: any process reads them by id."""
+    supports_priority = True
+    """Priority (-100 to 100) is the job's priority; higher runs first."""
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self._options: BackendOptions | None = None
+        self._valid: dict[tuple[Any, ...] | None, str] = {}
+        # The worker finds tasks through this source; registering it reads nothing.
+        from .runner import registry as worker_registry
+        from .runner import task_source
+
+        worker_registry.add_source(task_source)
+
+    @property
+    def backend_options(self) -> BackendOptions:
+        if self._options is None:
+            self._options = read_options(self.options)
+        return self._options
+
+    @property
+    def database(self) -> str:
+        return self.backend_options.database
+
+    # -- validation -------------------------------------------------------------------------
+
+    def validate_task(self, task: Task[..., Any]) -> None:
+        """Django's rules, then ours: the queue and module path form a valid job type, and an
+        idempotency key is storable text."""
+        self._checked_job_type(task)
+
+    def _checked_job_type(self, task: Task[..., Any]) -> str:
+        """Validate ``task`` and return its job type.
+
+        Django validates a task again at every enqueue. The verdict depends only on the task's
+        options, this backend's settings (a new TASKS makes a new backend) and USE_TZ, so it
+        is remembered per options; the idempotency key, which changes per enqueue, is checked
+        every time.
+        """
+        options: tuple[Any, ...] | None = (
+            task.func,
+            task.priority,
+            task.queue_name,
+            task.run_after,
+            task.takes_context,
+            task.backend,
+            settings.USE_TZ,
+        )
+        try:
+            job_type = self._valid.get(options)
+        except (TypeError, ValueError):  # an unhashable option: the rules below reject it
+            options, job_type = None, None
+        if job_type is None:
+            super().validate_task(task)
+            try:
+                job_type = task_job_type(task.queue_name, task.module_path)
+            except JobTypeError as error:
+                raise InvalidTask(str(error)) from None
+            if options is not None:
+                if len(self._valid) >= VALIDATION_CACHE_SIZE:
+                    self._valid.clear()
+                self._valid[options] = job_type
+        key = getattr(task, "idempotency_key", None)
+        if key is not None:
+            try:
+                validate_idempotency_key(key, for_intent=True)
+            except RunledgerError as error:
+                raise InvalidTask(f"Invalid idempotency key: {error.client_message}") from None
+        return job_type
+
+    # -- enqueue ----------------------------------------------------------------------------
+
+    def enqueue(
+        self, task: Task[Any, Any], args: Any, kwargs: dict[str, Any]
+    ) -> TaskResult[Any, Any]:
+        """Record the task as an enqueue intent and return its READY result.
+
+        Transaction: inside an atomic block it joins the caller's transaction (the task
+        commits or rolls back with it); outside one it commits at once. It never reads or
+        locks job definitions on the caller's connection; the first enqueue of a task in a
+        process makes sure of its definition on a separate connection (definitions.py).
+
+        Raises:
+            InvalidTask: the task is not valid for this backend (Django's rules and ours).
+            TypeError, ValueError: an argument ``normalize_json`` refuses.
+            InvalidTaskBackend: invalid OPTIONS (``manage.py check`` names them).
+            RunledgerError: ``job.intent_idempotency_conflict`` (same key, other arguments);
+                ``job.invalid_payload`` for values JSON cannot keep (non-string dict keys,
+                NaN); a classified database error. Input errors come before any SQL.
+        """
+        job_type = self._checked_job_type(task)
+        options = self.backend_options
+        if options.problems:
+            raise InvalidTaskBackend(
+                f"Task backend {self.alias!r} has invalid OPTIONS: {options.problems[0][1]}"
+            )
+        # The result normalises the arguments (normalize_json: TypeError, ValueError) before
+        # any SQL; its id and enqueue time are filled in once the intent exists.
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task,
+            id="",
+            status=TaskResultStatus.READY,
+            enqueued_at=None,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        key = getattr(task, "idempotency_key", None)
+        payload = {
+            "backend": self.alias,
+            "keyed": key is not None,
+            "args": result.args,
+            "kwargs": result.kwargs,
+        }
+        run_after = task.run_after
+        if run_after is not None and timezone.is_naive(run_after):
+            run_after = timezone.make_aware(run_after)  # USE_TZ = False: local time
+        database = options.database
+        if not definitions.is_ensured(database, job_type):
+            # Bad input fails before any SQL, the definition's own connection included.
+            encode_payload(payload)
+            validate_next_run_at(run_after)
+            definitions.ensure_task_definition(
+                job_type,
+                max_attempts=options.max_attempts,
+                timeout_seconds=options.timeout_seconds,
+                using=database,
+            )
+        outcome = _record_intent()(
+            job_type,
+            payload,
+            idempotency_key=_fresh_key() if key is None else key,
+            priority=int(task.priority),
+            next_run_at=run_after,
+            using=database,
+        )
+        if outcome.disposition != "inserted":
+            return self._read(outcome.intent_id, task=task)
+        object.__setattr__(result, "id", str(outcome.intent_id))
+        object.__setattr__(result, "enqueued_at", enqueued_at_of(outcome.intent_id, None))
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    # -- results ----------------------------------------------------------------------------
+
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
+        """The current result of a task enqueued through this backend, from any process.
+
+        Raises:
+            TaskResultDoesNotExist: no such result (a malformed id included), or a result of
+                another backend alias.
+            InvalidTask: the result's task can no longer be imported.
+            RunledgerError: a classified database error.
+        """
+        try:
+            intent_id = uuid.UUID(str(result_id))
+        except (TypeError, ValueError):
+            raise TaskResultDoesNotExist(result_id) from None
+        return self._read(intent_id, result_id=result_id)
+
+    def _read(
+        self,
+        intent_id: uuid.UUID,
+        *,
+        task: Task[..., Any] | None = None,
+        result_id: object = None,
+    ) -> TaskResult[..., Any]:
+        from ..db.classify import classify
+        from ..models import JobEnqueueIntent
+
+        try:
+            intent = (
+                JobEnqueueIntent.objects.using(self.database)
+                .select_related("promoted_job")
+                .filter(pk=intent_id)
+                .first()
+            )
+        except DatabaseError as exc:
+            raise classify(exc, "read task result") from exc
+        if intent is None:
+            raise TaskResultDoesNotExist(result_id if result_id is not None else str(intent_id))
+        return self.result_of_intent(intent, task=task)
+
+    def result_of_intent(
+        self, intent: JobEnqueueIntent, *, task: Task[..., Any] | None = None
+    ) -> TaskResult[..., Any]:
+        """The result an intent (with its promoted job selected) stands for now; ``task``
+        saves importing and rebuilding the task when the caller holds it."""
+        payload = TaskPayload.decode(intent.payload)
+        return self._result(
+            result_id=intent.id,
+            job_type=intent.job_type,
+            payload=payload,
+            priority=intent.priority,
+            run_after=intent.next_run_at,
+            idempotency_key=intent.idempotency_key if payload and payload.keyed else None,
+            created_at=intent.created_at,
+            intent=intent,
+            job=intent.promoted_job,
+            task=task,
+        )
+
+    def result_of_job(self, job_id: uuid.UUID) -> TaskResult[..., Any]:
+        """The result of the task a claimed job runs: its intent's, or, for a job enqueued
+        without one (``enqueue_job`` with a task's job type), one under the job's id.
+
+        Raises:
+            InvalidTask: the task cannot be imported or rebuilt (``__cause__`` says why).
+            TaskResultDoesNotExist: the job is gone or does not carry a task of this backend.
+        """
+        from ..db.classify import classify
+        from ..models import Job, JobEnqueueIntent
+
+        try:
+            intent = (
+                JobEnqueueIntent.objects.using(self.database)
+                .select_related("promoted_job")
+                .filter(promoted_job_id=job_id)
+                .first()
+            )
+            job = (
+                None
+                if intent is not None
+                else Job.objects.using(self.database).filter(pk=job_id).first()
+            )
+        except DatabaseError as exc:
+            raise classify(exc, "read task result") from exc
+        if intent is not None:
+            return self.result_of_intent(intent)
+        if job is None:
+            raise TaskResultDoesNotExist(str(job_id))
+        return self._result(
+            result_id=job.id,
+            job_type=job.job_type_id,
+            payload=TaskPayload.decode(job.payload),
+            priority=job.priority,
+            run_after=None,
+            idempotency_key=None,
+            created_at=job.created_at,
+            intent=None,
+            job=job,
+            task=None,
+        )
+
+    def _result(
+        self,
+        *,
+        result_id: uuid.UUID,
+        job_type: str,
+        payload: TaskPayload | None,
+        priority: int | None,
+        run_after: dt.datetime | None,
+        idempotency_key: str | None,
+        created_at: dt.datetime,
+        intent: JobEnqueueIntent | None,
+        job: Job | None,
+        task: Task[..., Any] | None,
+    ) -> TaskResult[..., Any]:
+        from ..db.classify import classify
+
+        parsed = parse_task_job_type(job_type)
+        if parsed is None or payload is None or payload.backend != self.alias:
+            raise TaskResultDoesNotExist(str(result_id))
+        queue_name, module_path = parsed
+        if task is None:
+            task = self.rebuild_task(
+                module_path,
+                queue_name=queue_name,
+                priority=priority,
+                run_after=run_after,
+                idempotency_key=idempotency_key,
+            )
+        try:
+            attempts = read_attempts(job, using=self.database)
+        except DatabaseError as exc:
+            raise classify(exc, "read task attempts") from exc
+        return build_result(
+            task=task,
+            result_id=str(result_id),
+            enqueued_at=enqueued_at_of(result_id, created_at),
+            args=payload.args,
+            kwargs=payload.kwargs,
+            backend=self.alias,
+            intent=intent,
+            job=job,
+            attempts=attempts,
+        )
+
+    def rebuild_task(
+        self,
+        module_path: str,
+        *,
+        queue_name: str,
+        priority: int | None,
+        run_after: dt.datetime | None,
+        idempotency_key: str | None,
+    ) -> Task[..., Any]:
+        """The task as it was enqueued: the imported Task with the stored options.
+
+        Raises:
+            InvalidTask: the path no longer names a Task, or the task is not valid here.
+        """
+        try:
+            found = load_task(module_path)
+        except (ImportError, TypeError) as exc:
+            raise InvalidTask(f"Task {module_path!r} cannot be loaded: {exc}") from exc
+        changes: dict[str, Any] = {
+            "priority": 0 if priority is None else priority,
+            "queue_name": queue_name,
+            "run_after": None if run_after is None else django_time(run_after),
+            "backend": self.alias,
+        }
+        if isinstance(found, RunledgerTask):
+            changes["idempotency_key"] = idempotency_key
+        return replace(found, **changes)
+
+    # -- checks -----------------------------------------------------------------------------
+
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        """runledger.E101 the app is not installed, E102 the database is not PostgreSQL,
+        E103-E106 invalid OPTIONS, E107 a queue name that cannot form a job type."""
+        where = f"TASKS[{self.alias!r}]"
+        messages: list[CheckMessage] = []
+        if not apps.is_installed("runledger_django"):
+            messages.append(
+                Error(
+                    f"{where} uses RunledgerTaskBackend, but runledger_django is not installed.",
+                    hint="Add 'runledger_django' to INSTALLED_APPS and run migrate.",
+                    id="runledger.E101",
+                )
+            )
+        options = self.backend_options
+        messages.extend(
+            Error(f"{where}: {message}", hint=hint, id=check_id)
+            for check_id, message, hint in options.problems
+        )
+        if options.database in settings.DATABASES:
+            vendor = connections[options.database].vendor  # settings only; no connection
+            if vendor != "postgresql":
+                messages.append(
+                    Error(
+                        f"{where} stores tasks in database {options.database!r}, which is "
+                        f"{vendor}, not PostgreSQL.",
+                        hint="runledger_django needs PostgreSQL 15 or newer.",
+                        id="runledger.E102",
+                    )
+                )
+        for queue_name in sorted(self.queues, key=str):
+            try:
+                task_job_type(queue_name, "m.f")
+            except JobTypeError as error:
+                messages.append(
+                    Error(
+                        f"{where}: QUEUES has an unusable queue name: {error}.",
+                        hint="Queue names are non-blank text; the job type "
+                        "'task:<queue>:<module path>' must fit in 255 bytes.",
+                        id="runledger.E107",
+                    )
+                )
+        return messages
