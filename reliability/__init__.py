@@ -1,4 +1,5 @@
-"""Reliability harness for runledger_django: many processes, real crashes, one server restart.
+"""Reliability harness for runledger_django: recorders, promoters and workers in many processes,
+real crashes, one server restart.
 
 Run it from the repository root::
 

@@ -13,21 +13,35 @@ What one run does:
    the system temp dir. DATABASE_URL plays no part: the harness must own the server to restart
    it. The connection reaches every process through ``RUNLEDGER_RELIABILITY_DATABASE`` and the
    settings module ``reliability.settings``.
-2. Migrates a fresh database and defines the job types of ``reliability.common``.
+2. Migrates a fresh database, defines the job types of ``reliability.common`` (30 attempts
+   each) and creates the harness's handler-run table.
 3. Runs, as separate spawned processes: recorders (fresh intents, identical retries that must
    converge, deliberate conflicts that must raise ``job.intent_idempotency_conflict``, intents
    in caller transactions, some rolled back, and jobs enqueued directly under a key first so
-   that promotion must mark the intent CONFLICTED), promoters (passes with varied limits), a
-   retention process (the exact-ID recipe on promoted intents it selected without locks) and a
-   toggler that disables and re-enables one definition. Meanwhile the harness SIGKILLs random
-   promoters (and starts replacements) and restarts the server exactly once. Every child
-   journals what it saw committed; recorders and retention fsync each record.
-4. Stops the writers, enables every definition, drains (promotion passes until nothing is left),
-   and checks: every committed intent is present or was retained; every promoted intent points
-   at an existing job of the same type, organization, key and payload; exactly one job per
-   (job type, organization, key) and no orphan jobs; no pending intent left; CONFLICTED only
-   where the harness made a conflict on purpose; rolled-back intents never exist; interrupted
-   retention batches went all or nothing.
+   that promotion must mark the intent CONFLICTED), promoters (passes with varied limits),
+   real ``runledger_worker --json`` processes (half of them with ``--promote``) running the
+   handlers of ``reliability.jobs_app`` with 3 s leases and a 1 s reaper, a retention process
+   (the exact-ID recipe on promoted intents whose job SUCCEEDED, selected without locks; it
+   journals each deleted job's record), a toggler that disables and re-enables one definition,
+   and a monitor that samples the queue for leases the reapers left expired. The handlers
+   record every run they start and finish in their own table, sleep (some longer than a
+   lease), write progress, and fail on purpose on some first attempts (RetryJob, exceptions).
+   Meanwhile the harness SIGKILLs random promoters and workers, SIGTERMs random workers (each
+   kind at least once, replacements started at once; the first worker is spared, so one lives
+   through the restart) and restarts the server exactly once (``--restarts`` for more).
+   Every child journals what it saw committed; recorders and retention fsync each record.
+4. Stops the writers, enables every definition, drains (promotion passes until nothing is
+   left; reaped jobs made due at once instead of after the reaper's 30 s), waits until the
+   workers have run every job, then SIGTERMs them (each must exit 0) and checks: every
+   committed intent is present or was retained; every promoted intent points at an existing
+   job of the same type, organization, key and payload; exactly one job per (job type,
+   organization, key) and no orphan jobs; no pending intent left; CONFLICTED only where the
+   harness made a conflict on purpose; rolled-back intents never exist; interrupted retention
+   batches went all or nothing; and the job invariants of ``job_checks``: every job SUCCEEDED
+   exactly once as a committed outcome, attempts, events and queue rows agree, retries kept
+   their schedule, every handler run matches its attempt and every run beyond a job's first is
+   explained by a deliberate failure, a kill or the restart, resources were held one at a
+   time, no lease stayed expired past the reapers' interval, no child thread died.
 5. Prints the counts, stops the server and removes the run directory. Exit status 0 when every
    invariant held, 1 when one did not, 143 when terminated.
 
@@ -39,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import faulthandler
 import fcntl
 import json
 import multiprocessing
@@ -48,8 +63,10 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
@@ -58,12 +75,16 @@ from types import FrameType
 from typing import Any
 
 from .common import (
+    CONCURRENCY_ENV,
     DATABASE_ENV,
     DATABASE_NAME,
     LOG_ENV,
+    NAME_ENV,
+    PAUSE_ENV,
     SETTINGS_MODULE,
     Journal,
     RunPaths,
+    read_journal,
 )
 
 RUNS_ROOT = Path(tempfile.gettempdir()) / "runledger-reliability"
@@ -260,6 +281,7 @@ def _die_with_parent(parent_pid: int) -> None:
 def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) -> None:
     """Entry point of every child process (spawned: a fresh interpreter that sets up Django)."""
     _die_with_parent(parent_pid)
+    os.environ[NAME_ENV] = name  # before the settings are read: its sessions carry the name
     import django
 
     django.setup()
@@ -269,8 +291,14 @@ def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) 
 
     paths = RunPaths(Path(run_root))
     journal = Journal(paths.journal(name), durable=role in ("recorder", "retention"))
-    worker = ROLES[role](name, random.Random(seed), journal, paths.stop_file)  # noqa: S311
-    paths.ready_file(name).touch()
+    _journal_thread_deaths(journal)
+    # SIGUSR1 dumps every thread's stack: the harness asks a worker that stopped working.
+    stacks = paths.stacks_file(name).open("w")
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
+    rng = random.Random(seed)  # noqa: S311
+    worker = ROLES[role](name, rng, journal, paths.stop_file, paths.ready_file(name))
+    if worker.ready_at_start:
+        paths.ready_file(name).touch()
     try:
         worker.run()
     except BaseException:
@@ -281,12 +309,49 @@ def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) 
         journal.close()
 
 
+def _journal_thread_deaths(journal: Journal) -> None:
+    """A thread that dies of an exception (a worker's promoter, heartbeater, executor) is a
+    failure the process may survive unnoticed: journal it, so the checks report it."""
+    default = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is not SystemExit:
+            thread = args.thread.name if args.thread is not None else "?"
+            detail = "".join(
+                traceback.format_exception(args.exc_type, args.exc_value, args.exc_traceback)
+            )
+            journal.write("thread_crash", thread=thread, error=detail[-3000:])
+        default(args)
+
+    threading.excepthook = hook
+
+
 @dataclass
 class Child:
     role: str
     name: str
     process: BaseProcess
-    killed: bool = False
+    spawned_at: float = field(default_factory=time.time)
+    signal: str | None = None
+    """SIGKILL or SIGTERM, when the harness sent one during the chaos."""
+    signaled_at: float | None = None
+    steady: bool = False
+    """Never signaled during the chaos: one worker lives through the restart and must work
+    after it, however the kills fall."""
+    reported: bool = False
+    """Its unexpected end is already among the problems."""
+
+    @property
+    def killed(self) -> bool:
+        return self.signal == "SIGKILL"
+
+
+WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor")
+"""Children that stop at the stop file; workers run on through the drain until SIGTERM."""
+WORKER_SETTLE_SECONDS = 1.0
+"""A worker counts as started this long after its banner: its signal handlers are in place."""
+SIGTERM_EXIT_SECONDS = 30.0
+"""A SIGTERMed worker hands back what runs past its 1 s grace and exits well within this."""
 
 
 @dataclass
@@ -299,7 +364,7 @@ class Children:
     all: list[Child] = field(default_factory=list)
     counters: dict[str, int] = field(default_factory=dict)
 
-    def spawn(self, role: str) -> Child:
+    def spawn(self, role: str, *, steady: bool = False) -> Child:
         number = self.counters.get(role, 0) + 1
         self.counters[role] = number
         name = f"{role}-{number}"
@@ -309,42 +374,90 @@ class Children:
             name=name,
         )
         process.start()
-        child = Child(role, name, process)
+        child = Child(role, name, process, steady=steady)
         self.all.append(child)
         return child
 
     def live(self) -> list[Child]:
-        return [c for c in self.all if not c.killed and c.process.exitcode is None]
+        """Running children the harness sent no signal."""
+        return [c for c in self.all if c.signal is None and c.process.exitcode is None]
+
+    def ready(self, child: Child) -> bool:
+        try:
+            touched = self.paths.ready_file(child.name).stat().st_mtime
+        except FileNotFoundError:
+            return False
+        return child.role != "worker" or time.time() - touched >= WORKER_SETTLE_SECONDS
 
     def all_ready(self) -> bool:
-        return all(self.paths.ready_file(c.name).exists() for c in self.live())
+        return all(self.ready(c) for c in self.live())
 
-    def kill_random_promoter(self) -> Child | None:
-        """SIGKILL a running promoter that finished starting up; None when there is none."""
-        ready = [
-            c
-            for c in self.live()
-            if c.role == "promoter" and self.paths.ready_file(c.name).exists()
-        ]
+    def signal_random(self, role: str, signum: signal.Signals) -> Child | None:
+        """SIGKILL or SIGTERM a running child of ``role`` that finished starting up; None when
+        there is none."""
+        ready = [c for c in self.live() if c.role == role and not c.steady and self.ready(c)]
         if not ready:
             return None
         victim = self.rng.choice(ready)
-        victim.killed = True
-        victim.process.kill()
-        victim.process.join(10)
+        victim.signal = signum.name
+        victim.signaled_at = time.time()
+        if signum == signal.SIGKILL:
+            victim.process.kill()
+            victim.process.join(10)
+        else:
+            victim.process.terminate()
         return victim
 
     def died_unexpectedly(self) -> list[Child]:
-        return [c for c in self.all if not c.killed and c.process.exitcode is not None]
+        """Children that ended without a SIGKILL, except SIGTERMed workers that exited 0;
+        and SIGTERMed workers still running long after the signal. Each is returned once."""
+        now = time.time()
+        found = []
+        for child in self.all:
+            if child.reported or child.killed:
+                continue
+            code = child.process.exitcode
+            if child.signal == "SIGTERM":
+                late = code is None and now - (child.signaled_at or now) > SIGTERM_EXIT_SECONDS
+                if code == 0 or (code is None and not late):
+                    continue
+                if late:
+                    child.process.kill()
+                    child.process.join(10)
+            elif code is None:
+                continue
+            child.reported = True
+            found.append(child)
+        return found
 
-    def stop(self, timeout: float) -> list[str]:
-        """Ask every child to finish (the stop file) and wait; returns the problems seen."""
+    def describe_end(self, child: Child) -> str:
+        if child.signal == "SIGTERM":
+            if child.process.exitcode == -signal.SIGKILL:
+                return f"{child.name} did not exit within {SIGTERM_EXIT_SECONDS:.0f} s of SIGTERM"
+            return f"{child.name} exited with code {child.process.exitcode} after SIGTERM"
+        return f"{child.name} died with exit code {child.process.exitcode}"
+
+    def stop(self, roles: Sequence[str], timeout: float) -> list[str]:
+        """Ask every child of ``roles`` to finish (the stop file) and wait; returns the
+        problems seen."""
         self.paths.stop_file.touch()
+        return self._join([c for c in self.live() if c.role in roles], timeout)
+
+    def stop_workers(self, timeout: float) -> list[str]:
+        """SIGTERM every live worker (a clean stop: exit status 0) and wait for all workers,
+        those SIGTERMed during the chaos included."""
+        workers = [c for c in self.live() if c.role == "worker"]
+        for child in workers:
+            child.process.terminate()
+        pending = [
+            c for c in self.all if c.role == "worker" and c.signal == "SIGTERM" and not c.reported
+        ]
+        return self._join([*workers, *pending], timeout)
+
+    def _join(self, children: list[Child], timeout: float) -> list[str]:
         problems: list[str] = []
         deadline = time.monotonic() + timeout
-        for child in self.all:
-            if child.killed:
-                continue
+        for child in children:
             child.process.join(max(0.0, deadline - time.monotonic()))
             if child.process.exitcode is None:
                 problems.append(f"{child.name} did not stop within {timeout:.0f} s")
@@ -352,6 +465,7 @@ class Children:
                 child.process.join(10)
             elif child.process.exitcode != 0:
                 problems.append(f"{child.name} exited with code {child.process.exitcode}")
+            child.reported = True
         return problems
 
     def kill_all(self) -> None:
@@ -378,16 +492,30 @@ class Config:
     seconds: float
     recorders: int
     promoters: int
+    workers: int
+    concurrency: int
+    pause: float
     seed: int
     kill_interval: float
     restart_mode: str
     keep: bool
+    restarts: int = 1
+    plant: bool = False
+
+
+KILLS = (
+    ("promoter", signal.SIGKILL, "promoter kills", 30),
+    ("worker", signal.SIGKILL, "worker kills (SIGKILL)", 50),
+    ("worker", signal.SIGTERM, "worker stops (SIGTERM)", 20),
+)
+"""What the chaos does at each kill moment: (role, signal, count name, weight)."""
 
 
 @dataclass
 class ChaosLog:
-    promoter_kills: int = 0
-    server_restarts: int = 0
+    kills: Counter[str] = field(default_factory=Counter)
+    restarts: list[tuple[float, float]] = field(default_factory=list)
+    """Wall-clock (start, end) of each server restart."""
     problems: list[str] = field(default_factory=list)
 
 
@@ -413,6 +541,7 @@ class Harness:
             say(f"server started pid={server.pid} data_dir={paths.pgdata}")
             self._configure(server, paths)
             from . import checks
+            from .job_checks import WorkerFacts
 
             checks.prepare_database()
             children = Children(paths, self.rng)
@@ -421,17 +550,42 @@ class Harness:
                 ("promoter", self.config.promoters),
                 ("retention", 1),
                 ("toggler", 1),
+                ("monitor", 1),
+                ("worker", self.config.workers),
             ):
-                for _ in range(count):
-                    children.spawn(role)
+                for number in range(count):
+                    children.spawn(role, steady=role == "worker" and number == 0)
             say(f"children started pids={','.join(str(c.process.pid) for c in children.all)}")
             self._wait_ready(children)
             chaos = self._chaos(server, children)
-            chaos.problems += children.stop(timeout=90)
-            say("writers stopped; final drain and checks")
-            result = checks.finish(paths, chaos.problems)
-            result.counts["promoter kills"] = chaos.promoter_kills
-            result.counts["server restarts"] = chaos.server_restarts
+            chaos.problems += children.stop(WRITER_ROLES, timeout=90)
+            say("writers stopped; the drain: promote every intent, the workers run every job")
+            live_workers = [c.name for c in children.live() if c.role == "worker"]
+            drained = checks.drain(live_workers, say)
+            say(f"drained in {drained.seconds:.1f} s; stopping the workers (SIGTERM)")
+            self._dump_idle_workers(children, chaos.restarts)
+            chaos.problems += [children.describe_end(c) for c in children.died_unexpectedly()]
+            chaos.problems += children.stop_workers(timeout=60)
+            planted: list[str] = []
+            if self.config.plant:
+                planted = checks.plant_violations()
+                for line in planted:
+                    say(f"planted: {line}")
+            workers = [
+                WorkerFacts(
+                    name=c.name,
+                    worker_id=None,
+                    spawned_at=c.spawned_at,
+                    signal=c.signal,
+                    signaled_at=c.signaled_at,
+                )
+                for c in children.all
+                if c.role == "worker"
+            ]
+            result = checks.finish(paths, chaos.problems, drained, workers, chaos.restarts)
+            for _, _, name, _ in KILLS:
+                result.counts[name] = chaos.kills[name]
+            result.counts["server restarts"] = len(chaos.restarts)
             self._report(result)
             return 1 if result.violations else 0
         except Terminated:
@@ -455,6 +609,8 @@ class Harness:
         create_database(server.settings)
         os.environ[DATABASE_ENV] = json.dumps(server.settings)
         os.environ[LOG_ENV] = str(paths.log_file)
+        os.environ[CONCURRENCY_ENV] = str(self.config.concurrency)
+        os.environ[PAUSE_ENV] = str(self.config.pause)
         os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS_MODULE
         import django
 
@@ -463,9 +619,9 @@ class Harness:
     def _wait_ready(self, children: Children) -> None:
         deadline = time.monotonic() + 120
         while not children.all_ready():
-            if children.died_unexpectedly():
-                names = [c.name for c in children.died_unexpectedly()]
-                raise RuntimeError(f"children died while starting: {names}")
+            died = children.died_unexpectedly()
+            if died:
+                raise RuntimeError(f"children died while starting: {[c.name for c in died]}")
             if time.monotonic() > deadline:
                 raise RuntimeError("children did not start within 120 s")
             time.sleep(0.05)
@@ -477,27 +633,62 @@ class Harness:
         config, rng, log = self.config, self.rng, ChaosLog()
         start = time.monotonic()
         end = start + config.seconds
-        restart_at = start + config.seconds * rng.uniform(0.3, 0.6)
+        # One restart in the middle third by default; more spread over the run, one per slice.
+        slices = (
+            [(0.3, 0.6)]
+            if config.restarts == 1
+            else [
+                ((0.9 * i + 0.1) / config.restarts, (0.9 * i + 0.7) / config.restarts)
+                for i in range(config.restarts)
+            ]
+        )
+        restart_times = [start + config.seconds * rng.uniform(*piece) for piece in slices]
         next_kill = start + config.kill_interval * rng.uniform(0.5, 1.5)
+        first_kills = rng.sample(KILLS, len(KILLS))
+        weights = [kill[3] for kill in KILLS]
         say(f"running for {config.seconds:g} s")
         while (now := time.monotonic()) < end:
-            if not log.server_restarts and now >= restart_at:
+            if len(log.restarts) < len(restart_times) and now >= restart_times[len(log.restarts)]:
                 old_pid = server.pid
+                began = time.time()
                 server.restart(mode=config.restart_mode, downtime=rng.uniform(0.3, 1.5))
-                log.server_restarts += 1
+                log.restarts.append((began, time.time()))
                 say(f"server restarted ({config.restart_mode}): pid {old_pid} -> {server.pid}")
             elif now >= next_kill:
-                if children.kill_random_promoter() is not None:
-                    log.promoter_kills += 1
-                    children.spawn("promoter")
+                # Every kind once first (in random order), so even a short run has each.
+                kill = first_kills[0] if first_kills else rng.choices(KILLS, weights)[0]
+                role, signum, name, _ = kill
+                if children.signal_random(role, signum) is not None:
+                    log.kills[name] += 1
+                    children.spawn(role)
+                    if first_kills:
+                        first_kills.pop(0)
+                elif first_kills:
+                    first_kills.append(first_kills.pop(0))  # none ready: another kind first
                 next_kill = now + config.kill_interval * rng.uniform(0.5, 1.5)
             for child in children.died_unexpectedly():
-                log.problems.append(f"{child.name} died with exit code {child.process.exitcode}")
-                child.killed = True  # reported once
-                if child.role == "promoter":
-                    children.spawn("promoter")
+                log.problems.append(children.describe_end(child))
+                if child.role in ("promoter", "worker"):
+                    children.spawn(child.role)
             time.sleep(0.02)
         return log
+
+    def _dump_idle_workers(self, children: Children, restarts: list[tuple[float, float]]) -> None:
+        """Print the thread stacks of every live worker that finished nothing since the last
+        restart although it was running then (the checks report it; this says where it hangs)."""
+        if not restarts:
+            return
+        began, ended = restarts[-1]
+        for child in children.live():
+            if child.role != "worker" or child.spawned_at >= began:
+                continue
+            runs = [r for r in read_journal(children.paths.journal(child.name)) if r["k"] == "run"]
+            if child.process.pid is None or any(float(r["t"]) > ended for r in runs):
+                continue
+            os.kill(child.process.pid, signal.SIGUSR1)
+            time.sleep(1.0)
+            stacks = children.paths.stacks_file(child.name).read_text()
+            say(f"{child.name} finished nothing since the restart; its threads:\n{stacks}")
 
     def _report(self, result: Any) -> None:
         width = max(len(name) for name in result.counts)
@@ -518,24 +709,56 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument("--seconds", type=float, default=10.0, help="chaos phase length")
     parser.add_argument("--recorders", type=int, default=3)
     parser.add_argument("--promoters", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=3, help="runledger_worker processes")
+    parser.add_argument("--concurrency", type=int, default=3, help="each worker's --concurrency")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.02,
+        help="mean seconds a recorder rests between operations (the workers must keep up)",
+    )
     parser.add_argument("--seed", type=int, default=None, help="the chaos schedule's seed")
     parser.add_argument(
-        "--kill-interval", type=float, default=1.5, help="mean seconds between promoter kills"
+        "--kill-interval",
+        type=float,
+        default=1.5,
+        help="mean seconds between kills (SIGKILLed promoters and workers, SIGTERMed workers)",
     )
     parser.add_argument("--restart-mode", choices=("fast", "immediate"), default="immediate")
+    parser.add_argument("--restarts", type=int, default=1, help="server restarts in the run")
     parser.add_argument("--keep", action="store_true", help="keep the run directory")
+    parser.add_argument(
+        "--plant-violations",
+        action="store_true",
+        help="corrupt the finished run before the checks (the harness's own test: each "
+        "planted violation must be reported, and the run must fail)",
+    )
     args = parser.parse_args(argv)
-    if args.seconds <= 0 or args.recorders < 1 or args.promoters < 1 or args.kill_interval <= 0:
-        parser.error("--seconds, --recorders, --promoters and --kill-interval must be positive")
+    if (
+        args.seconds <= 0
+        or min(args.recorders, args.promoters, args.workers, args.concurrency) < 1
+        or args.kill_interval <= 0
+        or args.pause < 0
+        or args.restarts < 0
+    ):
+        parser.error(
+            "--seconds, --recorders, --promoters, --workers, --concurrency and --kill-interval "
+            "must be positive, --pause and --restarts not negative"
+        )
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
     return Config(
         seconds=args.seconds,
         recorders=args.recorders,
         promoters=args.promoters,
+        workers=args.workers,
+        concurrency=args.concurrency,
+        pause=args.pause,
         seed=seed,
         kill_interval=args.kill_interval,
         restart_mode=args.restart_mode,
         keep=args.keep,
+        restarts=args.restarts,
+        plant=args.plant_violations,
     )
 
 
@@ -543,6 +766,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = parse_args(argv)
     say(
         f"seed {config.seed}: {config.recorders} recorders, {config.promoters} promoters, "
-        f"{config.seconds:g} s, restart mode {config.restart_mode}"
+        f"{config.workers} workers (concurrency {config.concurrency}), {config.seconds:g} s, "
+        f"restart mode {config.restart_mode}"
     )
     return Harness(config).run()

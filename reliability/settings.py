@@ -12,13 +12,23 @@ import os
 
 from django.core.exceptions import ImproperlyConfigured
 
-from reliability.common import DATABASE_ENV, LOG_ENV
+from reliability.common import (
+    APPLICATION_PREFIX,
+    DATABASE_ENV,
+    HARNESS_NAME,
+    LEASE_SECONDS,
+    LOG_ENV,
+    NAME_ENV,
+    REAPER_INTERVAL_SECONDS,
+    WORKER_GRACE_SECONDS,
+)
 
 SECRET_KEY = "runledger-reliability-not-secret"  # noqa: S105
 DEBUG = False
 USE_TZ = True
 TIME_ZONE = "UTC"
-INSTALLED_APPS = ["runledger_django"]
+# jobs_app holds the handlers (jobs.py) that the harness's runledger_worker processes run.
+INSTALLED_APPS = ["runledger_django", "reliability.jobs_app"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 try:
@@ -27,8 +37,23 @@ except KeyError:
     raise ImproperlyConfigured(
         f"{DATABASE_ENV} is unset: run the harness with `python -m reliability`"
     ) from None
+# Every session names its process, so the harness can tell a killed child's lingering
+# session from a live worker's.
+DATABASES["default"].setdefault("OPTIONS", {})["application_name"] = APPLICATION_PREFIX + (
+    os.environ.get(NAME_ENV) or HARNESS_NAME
+)
 
-# Promotion failures during the planned outage log warnings; keep them out of the report.
+# Short leases and a frequent reaper: a killed worker's jobs run again within seconds.
+RUNLEDGER = {
+    "LEASE_SECONDS": LEASE_SECONDS,
+    "REAPER_INTERVAL_SECONDS": REAPER_INTERVAL_SECONDS,
+    "WORKER_GRACE_SECONDS": WORKER_GRACE_SECONDS,
+    "WORKER_POLL_INTERVAL": 0.5,
+    "OUTAGE_LIMIT_SECONDS": 120,
+}
+
+# Promotion and worker failures during the planned outage and the kills log warnings; keep
+# them out of the report, in the run's log file.
 _log_file = os.environ.get(LOG_ENV)
 LOGGING = {
     "version": 1,

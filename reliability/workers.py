@@ -1,4 +1,5 @@
-"""The child processes of the reliability harness: recorders, promoters, retention, toggler.
+"""The child processes of the reliability harness: recorders, promoters, retention, toggler,
+real ``runledger_worker`` processes and a lease monitor.
 
 Imported only after ``django.setup()``. Every loop survives the planned server outage: on a
 connection-level error it closes its Django connections and tries again. Every child writes
@@ -7,35 +8,44 @@ what it observed to its own journal, which the harness checks against the databa
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from django.core.management import call_command
 from django.db import Error as DjangoDatabaseError
 from django.db import connection, connections, transaction
 
 from runledger_django import IntentOutcome, RunledgerError, enqueue_job, promote_intents
 from runledger_django.api import delete_promoted_intents_for_jobs, record_intent
 from runledger_django.db.classify import is_session_fatal
-from runledger_django.domain import IntentStatus
+from runledger_django.domain import IntentStatus, JobStatus
 from runledger_django.errors import Code
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
 
 from .common import (
     ALPHA,
     BETA,
+    CONCURRENCY_ENV,
     DORMANT,
     INTENT_CONFLICT,
     JOB_TYPES,
+    MAX_ATTEMPTS,
     ORGANIZATIONS,
+    OVERDUE_SECONDS,
+    PAUSE_ENV,
     RETAINED_TYPES,
     STABLE,
     TOGGLED,
     Journal,
 )
+from .ledger import read_ledger
 
 T = TypeVar("T")
 
@@ -128,11 +138,17 @@ class Spec:
 class Worker:
     """A child's loop scaffolding: stop file, journal, counters."""
 
-    def __init__(self, name: str, rng: random.Random, journal: Journal, stop_file: Path) -> None:
+    ready_at_start = True
+    """The child is ready once constructed (else it touches ``ready_file`` itself)."""
+
+    def __init__(
+        self, name: str, rng: random.Random, journal: Journal, stop_file: Path, ready_file: Path
+    ) -> None:
         self.name = name
         self.rng = rng
         self.journal = journal
         self.stop_file = stop_file
+        self.ready_file = ready_file
         self.stop_seen_at: float | None = None
 
     def run(self) -> None:
@@ -185,8 +201,11 @@ class Recorder(Worker):
     )
     TYPE_WEIGHTS = ((ALPHA, 30), (BETA, 20), (STABLE, 25), (TOGGLED, 15), (DORMANT, 10))
 
-    def __init__(self, name: str, rng: random.Random, journal: Journal, stop_file: Path) -> None:
-        super().__init__(name, rng, journal, stop_file)
+    def __init__(
+        self, name: str, rng: random.Random, journal: Journal, stop_file: Path, ready_file: Path
+    ) -> None:
+        super().__init__(name, rng, journal, stop_file, ready_file)
+        self.pause = float(os.environ.get(PAUSE_ENV, "0"))
         self.sequence = 0
         self.known: dict[str, tuple[Spec, str]] = {}
         self.keys: list[str] = []
@@ -196,6 +215,8 @@ class Recorder(Worker):
         operations = [name for name, _ in self.WEIGHTS]
         weights = [weight for _, weight in self.WEIGHTS]
         while not self.stopping():
+            if self.pause:
+                time.sleep(self.rng.uniform(0, 2 * self.pause))
             operation = self.rng.choices(operations, weights)[0]
             if operation in ("duplicate", "conflict") and not self.stable_keys:
                 operation = "fresh"
@@ -218,10 +239,12 @@ class Recorder(Worker):
             options["priority"] = rng.randrange(-5, 200)
         if rng.random() < 0.2:
             options["stage"] = rng.choice(["queued", "scheduled"])
+        # Budgets and deadlines the workers' kills and deliberate failures cannot exhaust: every
+        # job must end SUCCEEDED.
         if rng.random() < 0.2:
-            options["max_attempts"] = rng.randrange(1, 9)
+            options["max_attempts"] = rng.randrange(MAX_ATTEMPTS - 10, MAX_ATTEMPTS + 10)
         if rng.random() < 0.2:
-            options["timeout_seconds"] = rng.randrange(1, 3600)
+            options["timeout_seconds"] = rng.randrange(60, 3600)
         if rng.random() < 0.1:
             options["execution_resource_key"] = f"resource-{rng.randrange(5)}"
         payload = {
@@ -408,8 +431,10 @@ class Promoter(Worker):
 
 
 class Retention(Worker):
-    """Selects promoted intents' jobs without locks, then deletes them with the exact-ID
-    recipe: the intents first, the jobs (and, by cascade, their events) second."""
+    """Queue retention while workers run: selects, without locks, promoted intents whose job
+    SUCCEEDED, then deletes them with the exact-ID recipe (the intents first, the jobs and, by
+    cascade, their attempts and events second). The deleted jobs' whole record is read in the
+    same transaction and journaled, so the checks still see how each job ran."""
 
     def run(self) -> None:
         while not self.stopping():
@@ -417,7 +442,9 @@ class Retention(Worker):
             try:
                 rows = list(
                     JobEnqueueIntent.objects.filter(
-                        status=IntentStatus.PROMOTED, job_type__in=RETAINED_TYPES
+                        status=IntentStatus.PROMOTED,
+                        job_type__in=RETAINED_TYPES,
+                        promoted_job__status=JobStatus.SUCCEEDED,
                     )
                     .order_by("promoted_at", "id")
                     .values_list("id", "promoted_job_id")[: self.rng.randint(1, 40)]
@@ -429,18 +456,28 @@ class Retention(Worker):
                 self.retain([str(row[0]) for row in rows], [str(row[1]) for row in rows])
 
     def retain(self, intent_ids: list[str], job_ids: list[str]) -> None:
+        ledger: dict[str, Any] | None = None
         try:
             with transaction.atomic():
                 deleted = delete_promoted_intents_for_jobs(job_ids)
-                jobs_deleted, _ = Job.objects.filter(id__in=job_ids).delete()
+                ledger = read_ledger(job_ids)
+                jobs_deleted, _ = Job.objects.filter(
+                    id__in=job_ids, status=JobStatus.SUCCEEDED
+                ).delete()
         except Exception as exc:
             # Rolled back, or (connection lost around the commit) perhaps committed: the
-            # harness then checks the batch went all or nothing.
-            self.journal.write("retention_unknown", intents=intent_ids, jobs=job_ids)
+            # harness then checks the batch went all or nothing, and if the jobs are gone it
+            # takes their record from here.
+            self.journal.write("retention_unknown", intents=intent_ids, jobs=job_ids, ledger=ledger)
             self._failed("retain", exc)
             return
         self.journal.write(
-            "retained", intents=intent_ids, jobs=job_ids, deleted=deleted, jobs_deleted=jobs_deleted
+            "retained",
+            intents=intent_ids,
+            jobs=job_ids,
+            deleted=deleted,
+            jobs_deleted=jobs_deleted,
+            ledger=ledger,
         )
         if deleted != len(intent_ids) or jobs_deleted != len(job_ids):
             self.violation(
@@ -474,10 +511,117 @@ class Toggler(Worker):
             self.journal.write("toggled", enabled=enabled)
 
 
+BANNER = re.compile(r"runledger worker (\S+):")
+
+
+class _RunLines:
+    """``runledger_worker --json`` output: one journal record per finished attempt."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line.strip():
+                self.journal.write("run", t=time.time(), **json.loads(line))
+        return len(text)
+
+    def flush(self) -> None:
+        """Every record is written at once."""
+
+
+class _Banner:
+    """``runledger_worker``'s stderr: its banner names the worker id; then the child is ready."""
+
+    def __init__(self, journal: Journal, ready_file: Path) -> None:
+        self.journal = journal
+        self.ready_file = ready_file
+
+    def write(self, text: str) -> int:
+        match = BANNER.search(text)
+        if match:
+            self.journal.write("worker", worker_id=match.group(1), t=time.time())
+            self.ready_file.touch()
+        elif text.strip():
+            self.journal.write("stderr", text=text[-2000:])
+        return len(text)
+
+    def flush(self) -> None:
+        """Every record is written at once."""
+
+
+class RunWorker(Worker):
+    """A real ``runledger_worker --json`` (the management command, in this process): it runs
+    until SIGTERM, which the harness sends at the end or at random moments; the harness also
+    SIGKILLs it. Half the workers also promote (``--promote``)."""
+
+    ready_at_start = False
+
+    def run(self) -> None:
+        concurrency = os.environ.get(CONCURRENCY_ENV, "2")
+        promote = self.rng.random() < 0.5
+        self.journal.write("config", pid=os.getpid(), concurrency=concurrency, promote=promote)
+        call_command(
+            "runledger_worker",
+            "--json",
+            "--concurrency",
+            concurrency,
+            *(["--promote"] if promote else []),
+            stdout=_RunLines(self.journal),
+            stderr=_Banner(self.journal, self.ready_file),
+        )
+
+
+class Monitor(Worker):
+    """Samples the queue twice a second for leases the reapers should have taken long ago, and
+    for an execution resource leased twice."""
+
+    def run(self) -> None:
+        while not self.stopping():
+            time.sleep(0.5)
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(_OVERDUE_LEASES, {"seconds": OVERDUE_SECONDS})
+                    overdue = cursor.fetchall()
+                    cursor.execute(_SHARED_RESOURCES)
+                    shared = cursor.fetchall()
+            except Exception as exc:
+                kind = "error" if is_transient(exc) else "unexpected"
+                self.journal.write(kind, op="monitor", error=describe(exc))
+                close_connections()
+                continue
+            for job_id, worker_id, expired_for, at in overdue:
+                self.journal.write(
+                    "overdue",
+                    job_id=str(job_id),
+                    worker_id=worker_id,
+                    expired_for=float(expired_for),
+                    at=at.isoformat(),
+                )
+            for key, count, at in shared:
+                self.journal.write("resource_shared", key=key, count=int(count), at=at.isoformat())
+
+
+_OVERDUE_LEASES = """
+SELECT id, worker_id, extract(epoch FROM now() - lease_expires_at), now()
+FROM runledger_job_queue
+WHERE status = 'LEASED' AND lease_expires_at < now() - make_interval(secs => %(seconds)s)
+"""
+_SHARED_RESOURCES = """
+SELECT execution_resource_key, count(*), now()
+FROM runledger_job_queue
+WHERE status = 'LEASED' AND execution_resource_key IS NOT NULL
+GROUP BY execution_resource_key
+HAVING count(*) > 1
+"""
+
+
 ROLES: dict[str, type[Worker]] = {
     "recorder": Recorder,
     "promoter": Promoter,
     "retention": Retention,
     "toggler": Toggler,
+    "worker": RunWorker,
+    "monitor": Monitor,
 }
 """Each role's class; its ``run`` loops until the stop file appears."""

@@ -79,7 +79,7 @@ class Execution:
         return not (self.done.is_set() or self.lost.is_set() or self.timed_out)
 
     def mark_lost(self, reason: str) -> None:
-        if not self.lost.is_set():
+        if not self.lost.is_set() and not self.done.is_set():
             self.lost.set()
             logger.warning(
                 "job lease lost job_id=%s job_type=%s reason=%s",

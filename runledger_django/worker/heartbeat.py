@@ -36,8 +36,10 @@ class Heartbeater(threading.Thread):
         lease_seconds: int,
         using: str,
         stop: threading.Event,
+        on_outage: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="runledger-heartbeat", daemon=True)
+        self.on_outage = on_outage
         self.executions = executions
         self.interval = lease_seconds / 3
         self.lease_seconds = lease_seconds
@@ -68,6 +70,8 @@ class Heartbeater(threading.Thread):
                     using=self.using,
                 )
             except RunledgerError as error:
+                if is_outage(error) and self.on_outage is not None:
+                    self.on_outage()
                 # The worker loop logs an outage once; a lease that expires meanwhile is
                 # fenced off and reaped, so the next tick simply tries again.
                 logger.log(
@@ -80,7 +84,8 @@ class Heartbeater(threading.Thread):
                 connections[self.using].close_if_unusable_or_obsolete()
                 return
             for execution in pending:
-                if execution.lease.job_id in result.lost:
+                # A job that finished while the statement ran is not lost: its lease ended.
+                if execution.lease.job_id in result.lost and execution.active:
                     execution.mark_lost("a heartbeat found the lease gone")
             pending = [e for e in pending if e.lease.job_id in result.busy and e.active]
             if not pending:

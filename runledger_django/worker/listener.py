@@ -36,6 +36,7 @@ class Listener(threading.Thread):
         promote: bool,
         on_notify: Callable[[str], None],
         stop: threading.Event,
+        on_disconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="runledger-listener", daemon=True)
         self.using = using
@@ -45,6 +46,7 @@ class Listener(threading.Thread):
             *([job_queries.LISTEN_INTENTS] if promote else []),
         ]
         self.on_notify = on_notify
+        self.on_disconnect = on_disconnect
         self.stop = stop
         self.connected = threading.Event()
 
@@ -73,6 +75,8 @@ class Listener(threading.Thread):
                         self.on_notify(notify.channel)
             except (psycopg.Error, OSError) as exc:
                 self.connected.clear()
+                if self.on_disconnect is not None:
+                    self.on_disconnect()
                 # The worker loop logs an outage once; this only matters when debugging.
                 logger.debug(
                     "wake-up listener disconnected (%s); polling meanwhile", type(exc).__name__

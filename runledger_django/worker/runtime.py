@@ -13,6 +13,7 @@ its other jobs and exit non-zero, as a supervisor would want (gunicorn's stuck-w
 from __future__ import annotations
 
 import heapq
+import itertools
 import logging
 import os
 import queue
@@ -30,7 +31,7 @@ from ..domain import ClaimedJob, JobLease, ReapReport, WorkReport
 from ..errors import RunledgerError
 from ..services.claim import claim_jobs, ensure_job_definitions
 from ..services.lifecycle import hand_back_leases
-from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError
+from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError, is_outage
 from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
@@ -166,6 +167,11 @@ class Worker:
             limit_seconds=config.outage_limit, logger=logger, what=f"worker {config.worker_id}"
         )
         self.threads: list[threading.Thread] = []
+        self.epoch = 0
+        """Moves whenever a thread of this worker sees the database go away: every executor
+        then drops its connections before its next handler, which would otherwise fail its
+        first query on a connection the outage killed (and burn an attempt)."""
+        self._epochs = itertools.count(1)
         self.defined: set[str] = set()
         """Job types whose definition this worker made sure of."""
         self.stuck = False
@@ -181,6 +187,9 @@ class Worker:
         """Executor threads taken: running handlers, timed-out ones still running included."""
         with self.inflight_lock:
             return len(self.inflight)
+
+    def note_outage(self) -> None:
+        self.epoch = next(self._epochs)
 
     def poke(self) -> None:
         self.notified.set()
@@ -201,12 +210,18 @@ class Worker:
 
     def _executor(self) -> None:
         last_job = time.monotonic()
+        epoch = self.epoch
         try:
             while True:
                 execution = self.tasks.get()
                 if execution is None:
                     return
-                if time.monotonic() - last_job > IDLE_CHECK_SECONDS:
+                if self.epoch != epoch:
+                    # The database went away since this thread's last job: its connections
+                    # are dead even if nothing here has used them since.
+                    epoch = self.epoch
+                    connections.close_all()
+                elif time.monotonic() - last_job > IDLE_CHECK_SECONDS:
                     # A connection that sat idle may have died meanwhile (a server restart,
                     # an idle timeout): find out now, not in the handler's first query.
                     drop_dead_connections()
@@ -267,6 +282,8 @@ class Worker:
                         config.job_types, limit=config.promotion_batch_size, using=config.using
                     )
                 except RunledgerError as error:
+                    if is_outage(error):
+                        self.note_outage()
                     connections[config.using].close_if_unusable_or_obsolete()
                     try:
                         wait = self.outage.failed(error)
@@ -317,6 +334,7 @@ class Worker:
                 lease_seconds=config.lease_seconds,
                 using=config.using,
                 stop=self.background_stop,
+                on_outage=self.note_outage,
             )
         )
         if config.listen and not config.burst:
@@ -325,6 +343,7 @@ class Worker:
                     using=config.using,
                     promote=config.promote,
                     on_notify=self.on_notify,
+                    on_disconnect=self.note_outage,
                     stop=self.background_stop,
                 )
             )
@@ -363,6 +382,8 @@ class Worker:
         try:
             result = action()
         except RunledgerError as error:
+            if is_outage(error):
+                self.note_outage()
             if self.config.burst:
                 raise
             connections[self.config.using].close_if_unusable_or_obsolete()

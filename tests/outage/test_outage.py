@@ -264,6 +264,12 @@ def test_long_running_command__immediate_restart_while_running__resumes(
     finally:
         command.kill()
     assert code == 0, "".join(command.lines)
+    # The handlers query the database: none of them ran on a connection the restart killed.
+    with running.connect() as conn:
+        failed = conn.execute(
+            "SELECT count(*) FROM runledger_job_attempts WHERE failure_kind IS NOT NULL"
+        ).fetchone()
+    assert failed == (0,)
     assert command.count(OUTAGE_LINE) == 1, "".join(command.lines)
     assert command.count(RECOVERY_LINE) == 1, "".join(command.lines)
     print(f"{name}: {timings}")  # noqa: T201

@@ -26,6 +26,8 @@ pytestmark = pytest.mark.slow
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CI_SECONDS = 6
+CI_KILL_INTERVAL = 0.8
+"""Often enough that a CI-sized run has every kind of kill (the first three differ)."""
 
 
 class Harness:
@@ -107,7 +109,7 @@ def _counts(output: str) -> dict[str, int]:
 def test_harness__ci_sized_run__passes_and_leaves_nothing_running(
     harnesses: list[Harness],
 ) -> None:
-    harness = Harness("--seconds", str(CI_SECONDS))
+    harness = Harness("--seconds", str(CI_SECONDS), "--kill-interval", str(CI_KILL_INTERVAL))
     harnesses.append(harness)
     run_dir = Path(harness.wait_for(r"run directory (\S+)").group(1))
     servers = [int(harness.wait_for(r"server started pid=(\d+)").group(1))]
@@ -120,11 +122,57 @@ def test_harness__ci_sized_run__passes_and_leaves_nothing_running(
     assert "violations: 0" in harness.output
     counts = _counts(harness.output)
     assert counts["server restarts"] == 1, harness.output
-    assert counts["promoter kills"] >= 1, harness.output
+    for name in ("promoter kills", "worker kills (SIGKILL)", "worker stops (SIGTERM)"):
+        assert counts[name] >= 1, (name, harness.output)
     for name in ("recorded", "duplicates converged", "conflicts raised", "promoted", "retained"):
         assert counts[name] > 0, (name, harness.output)
+    # Every job ran and succeeded once, retries happened, and each extra run was explained.
+    assert counts["jobs succeeded"] == counts["jobs checked"] > 0, harness.output
+    assert counts["retained jobs checked"] > 0, harness.output
+    assert counts["jobs run"] == counts["jobs checked"], harness.output
+    assert counts["attempts ended by deliberate RetryJob"] > 0, harness.output
+    assert counts["extra runs"] == counts["extra runs explained"] > 0, harness.output
     assert not any(process_alive(pid) for pid in servers + children)
     assert not run_dir.exists()
+
+
+def test_harness__planted_violations__each_reported_and_the_run_fails(
+    harnesses: list[Harness],
+) -> None:
+    """The checks read the real tables: a second success event, an attempt run twice, a run
+    no attempt records and a lease left expired, planted after the drain, are all caught (no
+    server restart: this run is about the checks, not the chaos)."""
+    harness = Harness(
+        "--seconds",
+        "3",
+        "--recorders",
+        "1",
+        "--promoters",
+        "1",
+        "--restarts",
+        "0",
+        "--plant-violations",
+    )
+    harnesses.append(harness)
+
+    code = harness.finish(timeout=300)
+
+    assert code == 1, harness.output
+    planted = re.findall(r"planted: .*?job (\S+)", harness.output)
+    assert len(planted) == 4, harness.output
+    violations = [line for line in harness.lines if "VIOLATION:" in line]
+    expected = [
+        (planted[0], "events disagree with its attempts"),
+        (planted[1], "ran 2 times"),
+        (planted[2], "which no attempt row records"),
+        (planted[3], "ended LEASED"),
+    ]
+    for job_id, phrase in expected:
+        assert any(job_id in line and phrase in line for line in violations), (
+            phrase,
+            harness.output,
+        )
+    assert "violations: 4" in harness.output, harness.output
 
 
 def test_harness__sigkilled__next_sweep_stops_its_server_and_children_die(

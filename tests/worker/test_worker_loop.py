@@ -556,3 +556,38 @@ def test_worker__handler_connection_died_while_idle__handler_query_reconnects(
 
     assert [a["failure_kind"] for a in attempt_rows(second)] == [None]
     assert backends[1] != backends[0]
+
+
+def test_worker__outage_seen_by_the_loop__executors_reconnect_before_their_next_handler(
+    start_worker: StartWorker, enqueue: Enqueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the worker loop saw the database go away, a busy executor (not idle long enough
+    for the idle check) drops its connections before its next handler: the handler's first
+    query does not fail on a connection the outage killed."""
+    from runledger_django.worker import runtime
+
+    monkeypatch.setattr(runtime, "IDLE_CHECK_SECONDS", 1e9)
+    backends: list[int] = []
+
+    def query(job: JobContext) -> int:
+        pid = run_sql("SELECT pg_backend_pid()")[0][0]
+        backends.append(pid)
+        return int(pid)
+
+    running = start_worker({TYPE: query})
+    first = enqueue({})
+    wait_until(lambda: job_row(first)["status"] == JobStatus.SUCCEEDED)
+    epoch = running.worker.epoch
+    # Every backend of the worker goes, as in a server restart; the loop finds out first.
+    run_sql(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+        "AND backend_type = 'client backend'"
+    )
+    wait_until(lambda: running.worker.epoch != epoch)
+    second = enqueue({})
+    wait_until(lambda: job_row(second)["status"] == JobStatus.SUCCEEDED)
+    running.finish()
+
+    assert [a["failure_kind"] for a in attempt_rows(second)] == [None]
+    assert backends[1] != backends[0]
