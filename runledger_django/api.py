@@ -7,6 +7,7 @@ from .domain import (
     IntentMetrics,
     IntentOutcome,
     IntentStatus,
+    JobMetrics,
     PromotionReport,
     ReadScope,
     WorkReport,
@@ -15,6 +16,7 @@ from .errors import RunledgerError
 from .services.enqueue import enqueue_job
 from .services.intents import get_intent, list_intents, record_intent
 from .services.job_control import cancel_job, requeue_job
+from .services.job_metrics import job_metrics
 from .services.metrics import intent_metrics
 from .services.promotion import promote_intents
 from .services.retention import delete_promoted_intents_before, delete_promoted_intents_for_jobs
@@ -29,6 +31,7 @@ __all__ = [
     "IntentOutcome",
     "IntentStatus",
     "JobContext",
+    "JobMetrics",
     "PromotionReport",
     "ReadScope",
     "RetryJob",
@@ -42,6 +45,7 @@ __all__ = [
     "get_intent",
     "intent_metrics",
     "job_handler",
+    "job_metrics",
     "list_intents",
     "promote_intents",
     "record_intent",

@@ -413,3 +413,31 @@ class WorkReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobMetrics:
+    """Per-job-type queue health: the live queue now, and attempts of the last 24 hours.
+
+    An expired lease is still LEASED until the reaper moves it, so it counts in both
+    ``leased_count`` and ``expired_lease_count``.
+    """
+
+    job_type: str
+    due_count: int
+    """PENDING jobs whose ``next_run_at`` has come: runnable now."""
+    scheduled_count: int
+    """PENDING jobs whose ``next_run_at`` lies in the future (retries waiting, scheduled runs)."""
+    leased_count: int
+    expired_lease_count: int
+    """LEASED jobs whose lease ran out: a worker died or stalled; the reaper will move them."""
+    succeeded_24h: int
+    retried_24h: int
+    dead_lettered_24h: int
+    oldest_due_at: dt.datetime | None
+    """The ``next_run_at`` of the longest-waiting due job: how far behind the workers are."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["oldest_due_at"] = format_timestamp(self.oldest_due_at)
+        return data

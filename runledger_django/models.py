@@ -36,6 +36,7 @@ TRANSACTION_NOW = models.Func(function="now", output_field=models.DateTimeField(
 
 __all__ = [
     "FK_INTENT_PROMOTED_JOB",
+    "DeadLetter",
     "IntentMetricsPage",
     "Job",
     "JobAttempt",
@@ -43,6 +44,7 @@ __all__ = [
     "JobEnqueueIntent",
     "JobEvent",
     "JobExecutionResourceClaim",
+    "JobMetricsPage",
 ]
 
 
@@ -123,6 +125,10 @@ class Job(models.Model):
 
     class Meta:
         db_table = "runledger_job_queue"
+        permissions = [
+            ("cancel_job", "Can cancel a pending or leased job"),
+            ("requeue_job", "Can requeue a dead-lettered or canceled job"),
+        ]
         constraints = [
             models.UniqueConstraint(
                 fields=["job_type", "organization_id", "idempotency_key"],
@@ -417,6 +423,28 @@ class IntentMetricsPage(JobEnqueueIntent):
         proxy = True
         verbose_name = "intent metrics"
         verbose_name_plural = "intent metrics"
+        default_permissions = ()
+
+
+class JobMetricsPage(Job):
+    """The job metrics page's entry on the admin index. A proxy: no table, no permissions of
+    its own (viewing it takes the view permission on jobs)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "job metrics"
+        verbose_name_plural = "job metrics"
+        default_permissions = ()
+
+
+class DeadLetter(Job):
+    """The dead letters' entry on the admin index: it opens the job list filtered to
+    DEAD_LETTERED. A proxy without permissions of its own, like the metrics pages."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
         default_permissions = ()
 
 

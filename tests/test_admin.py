@@ -18,9 +18,13 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django import DjangoAssertNumQueries
 
+from runledger_django import admin as runledger_admin
 from runledger_django import enqueue_job, promote_intents, record_intent
 from runledger_django.admin import BoundedCountPaginator, JobEnqueueIntentAdmin
+from runledger_django.domain import ClaimedJob, FailureKind, JobFailure
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.services.claim import claim_jobs
+from runledger_django.services.lifecycle import complete_job_failure, complete_job_success
 from tests.conftest import TEST_JOB_TYPE, MakeDefinition
 
 pytestmark = pytest.mark.django_db
@@ -507,3 +511,306 @@ def test_admin_index__metrics_entry_hidden_without_intent_view_permission(
     client.force_login(user)
     assert b"model-intentmetricspage" not in client.get("/admin/").content
     assert client.get("/admin/runledger/intentmetricspage/").status_code == 403
+
+
+# --- jobs: permissions, actions, dead letters, attempts, metrics -------------------------------
+
+JOB_METRICS_URL = reverse("admin:runledger_job_metrics")
+DEAD_LETTERS_URL = f"{JOBS_URL}?status__exact=DEAD_LETTERED"
+
+
+def cancel_url(job_id: uuid.UUID) -> str:
+    return reverse("admin:runledger_job_cancel", args=(job_id,))
+
+
+def requeue_url(job_id: uuid.UUID) -> str:
+    return reverse("admin:runledger_job_requeue", args=(job_id,))
+
+
+def leased_job(payload: dict[str, Any] | None = None, **kwargs: Any) -> ClaimedJob:
+    """Enqueue a job and lease it, through the services; return the claimed job."""
+    job_id = enqueue_job(TEST_JOB_TYPE, payload or {}, **kwargs).job_id
+    [claimed] = claim_jobs([TEST_JOB_TYPE], worker_id="admin-test", limit=1, lease_seconds=60)
+    assert claimed.lease.job_id == job_id
+    return claimed
+
+
+def dead_letter(payload: dict[str, Any] | None = None) -> uuid.UUID:
+    """A job whose only attempt failed terminally, with an exception class and traceback."""
+    claimed = leased_job(payload or {"order": 1})
+    failure = JobFailure(
+        kind=FailureKind.TERMINAL,
+        code="job.terminal_failure",
+        message="the card was declined",
+        error_class="shop.errors.CardDeclinedError",
+        traceback="Traceback (most recent call last):\n  ...\nCardDeclinedError: declined",
+    )
+    complete_job_failure(claimed.lease, failure)
+    return claimed.lease.job_id
+
+
+def succeeded(output: Any) -> uuid.UUID:
+    claimed = leased_job({"order": 2})
+    complete_job_success(claimed.lease, output=output)
+    return claimed.lease.job_id
+
+
+def job_status(job_id: uuid.UUID) -> str:
+    return Job.objects.values_list("status", flat=True).get(id=job_id)
+
+
+def post_action(client: Client, action: str, job_ids: list[uuid.UUID], url: str = JOBS_URL) -> Any:
+    data = {"action": action, "_selected_action": [str(job_id) for job_id in job_ids]}
+    return client.post(url, data, follow=True)
+
+
+def action_names(response: Any) -> list[str]:
+    form = response.context["action_form"]
+    return [] if form is None else [name for name, _ in form.fields["action"].choices if name]
+
+
+def shown_messages(response: Any) -> list[str]:
+    return [str(message) for message in response.context["messages"]]
+
+
+@pytest.fixture
+def jobs_in_every_state(make_definition: MakeDefinition) -> dict[str, uuid.UUID]:
+    make_definition(max_attempts=1)
+    return {
+        "dead": dead_letter(),
+        "succeeded": succeeded({"sent_to": "ada@example.com"}),
+        "pending": enqueue_job(TEST_JOB_TYPE, {"order": 3}).job_id,
+    }
+
+
+@pytest.mark.parametrize(
+    "url", [JOB_METRICS_URL, DEAD_LETTERS_URL, "/admin/runledger/jobmetricspage/"]
+)
+def test_job_admin__anonymous__redirected_to_login(client: Client, url: str) -> None:
+    response = client.get(url)
+
+    assert response.status_code == 302
+    assert response["Location"].startswith(f"{reverse('admin:login')}?next=")
+
+
+def test_job_admin__anonymous_posts_an_action__redirected_and_nothing_changes(
+    client: Client, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    dead = jobs_in_every_state["dead"]
+
+    direct = client.post(requeue_url(dead))
+    bulk = client.post(JOBS_URL, {"action": "requeue_selected_jobs", "_selected_action": [dead]})
+
+    assert direct.status_code == bulk.status_code == 302
+    assert direct["Location"].startswith(reverse("admin:login"))
+    assert job_status(dead) == "DEAD_LETTERED"
+
+
+def test_job_admin__staff_without_job_permission__forbidden_everywhere(
+    staff_client: StaffClient, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    client = staff_client("view_jobdefinition")
+    dead = jobs_in_every_state["dead"]
+
+    for url in (JOBS_URL, DEAD_LETTERS_URL, job_url(dead), JOB_METRICS_URL):
+        assert client.get(url).status_code == 403, url
+    assert client.get("/admin/runledger/deadletter/").status_code == 403
+    assert client.get("/admin/runledger/jobmetricspage/").status_code == 403
+    assert client.post(requeue_url(dead)).status_code == 403
+    assert post_action(client, "requeue_selected_jobs", [dead]).status_code == 403
+    index = client.get("/admin/").content
+    assert b"model-deadletter" not in index and b"model-jobmetricspage" not in index
+    assert b"runledger-job-metrics-link" not in client.get(APP_URL).content
+    assert job_status(dead) == "DEAD_LETTERED"
+
+
+def test_job_admin__view_only_staff__browses_but_cannot_cancel_or_requeue(
+    staff_client: StaffClient, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    client = staff_client("view_job")
+    dead, pending = jobs_in_every_state["dead"], jobs_in_every_state["pending"]
+
+    changelist = client.get(JOBS_URL)
+    assert set(listed_ids(changelist)) == set(jobs_in_every_state.values())
+    assert action_names(changelist) == []
+    page = client.get(job_url(dead))
+    assert page.status_code == 200
+    assert b"runledger-requeue-job" not in page.content
+    assert b"runledger-cancel-job" not in client.get(job_url(pending)).content
+    assert client.post(requeue_url(dead)).status_code == 403
+    assert client.post(cancel_url(pending)).status_code == 403
+    ignored = post_action(client, "requeue_selected_jobs", [dead])  # no actions: a plain list
+    assert (ignored.status_code, shown_messages(ignored)) == (200, [])
+    assert client.get(JOB_METRICS_URL).status_code == 200
+    assert b"model-deadletter" in client.get("/admin/").content
+    assert (job_status(dead), job_status(pending)) == ("DEAD_LETTERED", "PENDING")
+
+
+def test_job_admin__view_and_cancel_but_not_requeue__only_cancel_offered(
+    staff_client: StaffClient, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    client = staff_client("view_job", "cancel_job")
+    dead, pending = jobs_in_every_state["dead"], jobs_in_every_state["pending"]
+
+    assert action_names(client.get(JOBS_URL)) == ["cancel_selected_jobs"]
+    assert b"runledger-requeue-job" not in client.get(job_url(dead)).content
+    assert b"runledger-cancel-job" in client.get(job_url(pending)).content
+    assert client.post(requeue_url(dead)).status_code == 403
+    post_action(client, "requeue_selected_jobs", [dead])
+    assert job_status(dead) == "DEAD_LETTERED"
+
+    canceled = client.post(cancel_url(pending), follow=True)
+
+    assert canceled.redirect_chain == [(job_url(pending), 302)]
+    assert shown_messages(canceled) == ["Canceled 1 job."]
+    assert job_status(pending) == "CANCELED"
+
+
+def test_job_admin__requeue_permission__dead_letter_requeued_from_the_list(
+    staff_client: StaffClient, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    client = staff_client("view_job", "requeue_job")
+    dead, done = jobs_in_every_state["dead"], jobs_in_every_state["succeeded"]
+
+    assert action_names(client.get(JOBS_URL)) == ["requeue_selected_jobs"]
+    response = post_action(client, "requeue_selected_jobs", [dead, done])
+
+    assert shown_messages(response) == [
+        "Requeued 1 job.",
+        "1 job was not requeued: not in a state that allows it.",
+    ]
+    assert Job.objects.values("status", "run_number", "attempt").get(id=dead) == {
+        "status": "PENDING",
+        "run_number": 2,
+        "attempt": 0,
+    }
+    assert job_status(done) == "SUCCEEDED"
+
+
+def test_job_admin__requeue_button__on_the_dead_letter_page(
+    admin_client: Client, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    dead = jobs_in_every_state["dead"]
+    page = admin_client.get(job_url(dead)).content.decode()
+    assert f'action="{requeue_url(dead)}"' in page
+    assert "runledger-cancel-job" not in page
+
+    response = admin_client.post(requeue_url(dead), follow=True)
+
+    assert shown_messages(response) == ["Requeued 1 job."]
+    assert job_status(dead) == "PENDING"
+    assert admin_client.get(requeue_url(dead)).status_code == 405
+    again = admin_client.post(requeue_url(dead), follow=True)
+    assert shown_messages(again) == ["1 job was not requeued: not in a state that allows it."]
+
+
+def test_job_admin__action_over_the_limit__refused_whole(
+    admin_client: Client,
+    jobs_in_every_state: dict[str, uuid.UUID],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runledger_admin, "ACTION_LIMIT", 1)
+    dead, pending = jobs_in_every_state["dead"], jobs_in_every_state["pending"]
+
+    response = post_action(admin_client, "cancel_selected_jobs", [dead, pending])
+
+    assert shown_messages(response) == [
+        "Select at most 1 jobs for one cancel; nothing was changed. "
+        "Narrow the list with a filter first."
+    ]
+    assert (job_status(dead), job_status(pending)) == ("DEAD_LETTERED", "PENDING")
+
+
+def test_dead_letters__one_click_from_the_admin_index(
+    admin_client: Client, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    index = admin_client.get("/admin/").content.decode()
+    assert "model-deadletter" in index
+    entry = admin_client.get("/admin/runledger/deadletter/")
+    assert entry.status_code == 302
+    assert entry["Location"] == DEAD_LETTERS_URL
+
+    listed = admin_client.get(entry["Location"])
+
+    assert listed_ids(listed) == [jobs_in_every_state["dead"]]
+    assert 'id="runledger-dead-letters-link"' in admin_client.get(APP_URL).content.decode()
+
+
+def test_job_change__attempts_events_payload_and_output_read_only(
+    admin_client: Client, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    dead, done = jobs_in_every_state["dead"], jobs_in_every_state["succeeded"]
+
+    page = admin_client.get(job_url(dead))
+    content = page.content.decode()
+
+    assert page.status_code == 200
+    assert b'name="_save"' not in page.content
+    assert "Attempts (newest 100)" in content
+    for text in (
+        "DEAD_LETTERED",
+        "TERMINAL",
+        "job.terminal_failure",
+        "the card was declined",
+        '<details class="runledger-traceback"><summary>shop.errors.CardDeclinedError</summary>',
+        "CardDeclinedError: declined",
+        "ENQUEUED",
+        "LEASED",
+        "FAILED",
+        '<pre class="runledger-job-payload">{\n  &quot;order&quot;: 1\n}</pre>',
+    ):
+        assert text in content, text
+    output = admin_client.get(job_url(done)).content.decode()
+    assert '<pre class="runledger-job-output">{\n  &quot;sent_to&quot;: ' in output
+    assert admin_client.post(job_url(done), {"payload": "{}"}).status_code == 403
+
+
+def test_job_changelist__dead_letter_filter__queries_bounded(
+    admin_client: Client,
+    jobs_in_every_state: dict[str, uuid.UUID],
+    django_assert_max_num_queries: DjangoAssertNumQueries,
+) -> None:
+    for params in ({}, {"status__exact": "DEAD_LETTERED"}, {"q": str(uuid.uuid4())}):
+        with django_assert_max_num_queries(8) as captured:
+            response = admin_client.get(JOBS_URL, params)
+        assert response.status_code == 200
+        counts = [
+            q["sql"]
+            for q in captured.captured_queries
+            if "COUNT(" in q["sql"].upper() and "runledger_job_queue" in q["sql"]
+        ]
+        assert counts, "the changelist counts its rows, boundedly"
+        assert all(re.search(r"\bLIMIT 10001\b", sql) for sql in counts), counts
+
+
+def test_job_metrics_page__rows_per_scope_with_links(
+    admin_client: Client, jobs_in_every_state: dict[str, uuid.UUID]
+) -> None:
+    enqueue_job(TEST_JOB_TYPE, {}, organization_id=ORG)
+
+    every = admin_client.get(JOB_METRICS_URL)
+    only_org = admin_client.get(
+        JOB_METRICS_URL, {"scope": "organization", "organization": str(ORG)}
+    )
+
+    [row] = every.context["rows"]
+    assert (row.due_count, row.succeeded_24h, row.dead_lettered_24h) == (2, 1, 1)
+    assert [r.due_count for r in only_org.context["rows"]] == [1]
+    content = every.content.decode()
+    assert content.count('<tr class="job-metrics-row">') == 1
+    dead_link = f'href="{JOBS_URL}?job_type={TEST_JOB_TYPE}&amp;status__exact=DEAD_LETTERED"'
+    assert dead_link in content
+    assert (
+        f'id="runledger-job-metrics-link" href="{JOB_METRICS_URL}"'
+        in admin_client.get(JOBS_URL).content.decode()
+    )
+
+
+def test_job_metrics_page__nothing_running__empty_state(admin_client: Client) -> None:
+    assert b'id="job-metrics-empty"' in admin_client.get(JOB_METRICS_URL).content
+
+
+def test_admin_index__job_metrics_entry__opens_the_metrics_page(admin_client: Client) -> None:
+    assert b"model-jobmetricspage" in admin_client.get("/admin/").content
+    entry = admin_client.get("/admin/runledger/jobmetricspage/")
+    assert (entry.status_code, entry["Location"]) == (302, JOB_METRICS_URL)

@@ -30,7 +30,13 @@ from django.core.management.base import CommandError
 from django.db import connection
 from pytest_django import Settings as SettingsWrapper
 
-from runledger_django import IntentMetrics, PromotionReport, RunledgerError, record_intent
+from runledger_django import (
+    IntentMetrics,
+    PromotionReport,
+    RunledgerError,
+    enqueue_job,
+    record_intent,
+)
 from runledger_django.management import cli
 from runledger_django.models import Job, JobEnqueueIntent
 from runledger_django.services import operations
@@ -614,3 +620,216 @@ def test_intent_metrics__empty_scope__says_so() -> None:
 def test_intent_metrics__bad_arguments__command_error(args: list[str]) -> None:
     with pytest.raises(CommandError, match=r"^Error: "):
         run("intent_metrics", *args)
+
+
+# --- job_metrics ------------------------------------------------------------------------------
+
+JOB_METRICS_KEYS = [
+    "job_type",
+    "due_count",
+    "scheduled_count",
+    "leased_count",
+    "expired_lease_count",
+    "succeeded_24h",
+    "retried_24h",
+    "dead_lettered_24h",
+    "oldest_due_at",
+]
+
+
+@pytest.fixture
+def job_rows(make_definition: MakeDefinition) -> None:
+    """Two due global jobs of one type, one organization job of another, due in an hour."""
+    make_definition()
+    make_definition(OTHER_JOB_TYPE)
+    for n in range(2):
+        enqueue_job(TEST_JOB_TYPE, {"n": n})
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    enqueue_job(OTHER_JOB_TYPE, {}, organization_id=ORG, next_run_at=later)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        ([], {TEST_JOB_TYPE: (2, 0), OTHER_JOB_TYPE: (0, 1)}),
+        (["--global"], {TEST_JOB_TYPE: (2, 0)}),
+        (["--organization", str(ORG)], {OTHER_JOB_TYPE: (0, 1)}),
+        (["--job-type", OTHER_JOB_TYPE], {OTHER_JOB_TYPE: (0, 1)}),
+        (["--limit", "1", "--offset", "1"], {OTHER_JOB_TYPE: (0, 1)}),
+    ],
+    ids=["admin", "global", "organization", "job-type", "page"],
+)
+def test_job_metrics__json__one_list_with_field_names(
+    job_rows: None, args: list[str], expected: dict[str, tuple[int, int]]
+) -> None:
+    rows = json.loads(run("job_metrics", "--json", *args))
+
+    assert [list(row) for row in rows] == [JOB_METRICS_KEYS] * len(expected)
+    assert {row["job_type"]: (row["due_count"], row["scheduled_count"]) for row in rows} == (
+        expected
+    )
+    for row in rows:
+        due = row["due_count"] > 0
+        assert (row["oldest_due_at"] is not None) is due
+        if due:
+            assert row["oldest_due_at"].endswith("Z")
+
+
+def test_job_metrics__table__header_and_one_line_per_type(job_rows: None) -> None:
+    lines = run("job_metrics").splitlines()
+
+    assert lines[0].split() == JOB_METRICS_KEYS
+    assert [line.split() for line in lines[1:]][1] == [
+        OTHER_JOB_TYPE,
+        "0",
+        "1",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        "-",
+    ]
+    first = lines[1].split()
+    assert first[:8] == [TEST_JOB_TYPE, "2", "0", "0", "0", "0", "0", "0"]
+    assert first[8].endswith("Z")
+
+
+def test_job_metrics__empty_scope__says_so() -> None:
+    assert run("job_metrics").strip() == "No job metrics in this scope."
+    assert run("job_metrics", "--json").strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--global", "--organization", str(ORG)],
+        ["--organization", "not-a-uuid"],
+        ["--limit", "0"],
+        ["--limit", "1001"],
+        ["--offset", "-1"],
+        ["--job-type", ""],
+    ],
+)
+def test_job_metrics__bad_arguments__command_error(args: list[str]) -> None:
+    with pytest.raises(CommandError, match=r"^Error: "):
+        run("job_metrics", *args)
+
+
+# --- prune_jobs -------------------------------------------------------------------------------
+
+
+def _finished_jobs(make_definition: MakeDefinition, **statuses_and_ages: tuple[str, int]) -> None:
+    """Jobs promoted from intents, then moved straight to a final status ``days`` days ago
+    (the transitions themselves are the worker's tests; here only retention's view counts)."""
+    make_definition()
+    for key, (status, days) in statuses_and_ages.items():
+        intent_id = record_intent(TEST_JOB_TYPE, {"key": key}, idempotency_key=key).intent_id
+        run("promote_intents")
+        job_id = JobEnqueueIntent.objects.get(id=intent_id).promoted_job_id
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE runledger_job_queue SET status = %s, "
+                "finished_at = now() - make_interval(days => %s), "
+                "created_at = now() - make_interval(days => %s) - interval '1 minute' "
+                "WHERE id = %s",
+                [status, days, days, job_id],
+            )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prune_jobs__dry_run__says_what_would_go_and_deletes_nothing(
+    make_definition: MakeDefinition,
+) -> None:
+    _finished_jobs(
+        make_definition,
+        a=("SUCCEEDED", 40),
+        b=("DEAD_LETTERED", 35),
+        c=("SUCCEEDED", 3),
+    )
+
+    output = run("prune_jobs", "--older-than", "30d", "--dry-run").strip()
+
+    assert output.startswith(
+        "Would delete 2 jobs (1 succeeded, 1 dead-lettered, 0 canceled) finished before "
+    )
+    assert output.endswith(
+        "(older than 30d), with their 2 promoted intents, 0 attempts and 2 events."
+    )
+    assert (Job.objects.count(), JobEnqueueIntent.objects.count()) == (3, 3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prune_jobs__batches__one_line_each_and_a_summary(
+    make_definition: MakeDefinition,
+) -> None:
+    _finished_jobs(
+        make_definition,
+        a=("SUCCEEDED", 40),
+        b=("CANCELED", 41),
+        c=("DEAD_LETTERED", 42),
+        d=("SUCCEEDED", 1),
+    )
+
+    lines = run("prune_jobs", "--older-than", "4w", "--batch-size", "2").splitlines()
+
+    assert lines[:2] == [
+        "batch: deleted 2 jobs and 2 promoted intents (2 jobs so far)",
+        "batch: deleted 1 jobs and 1 promoted intents (3 jobs so far)",
+    ]
+    assert lines[2].startswith(
+        "Deleted 3 jobs (1 succeeded, 1 dead-lettered, 1 canceled) finished before "
+    )
+    assert lines[2].endswith("(older than 28d), with their 3 promoted intents, in 2 batches.")
+    assert list(JobEnqueueIntent.objects.values_list("idempotency_key", flat=True)) == ["d"]
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prune_jobs__status_option__repeatable_or_comma_separated(
+    make_definition: MakeDefinition,
+) -> None:
+    _finished_jobs(
+        make_definition,
+        a=("SUCCEEDED", 40),
+        b=("CANCELED", 40),
+        c=("DEAD_LETTERED", 40),
+    )
+
+    run("prune_jobs", "--older-than", "30d", "--status", "dead_lettered")
+    assert sorted(Job.objects.values_list("status", flat=True)) == ["CANCELED", "SUCCEEDED"]
+    run("prune_jobs", "--older-than", "30d", "--status", "SUCCEEDED,CANCELED", "-v", "0")
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prune_jobs__terminal__live_counter(make_definition: MakeDefinition) -> None:
+    _finished_jobs(make_definition, a=("SUCCEEDED", 40))
+    out = TerminalOutput()
+
+    run("prune_jobs", "--older-than", "30d", stdout=out)
+
+    assert "\rdeleted 1 jobs" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--older-than", "0s"],
+        ["--older-than", "7x"],
+        ["--older-than", "7d", "--status", "PENDING"],
+        ["--older-than", "7d", "--status", ","],
+        ["--older-than", "7d", "--batch-size", "0"],
+        ["--older-than", "7d", "--batch-size", "1001"],
+    ],
+)
+def test_prune_jobs__bad_arguments__command_error(args: list[str]) -> None:
+    with pytest.raises(CommandError, match=r"^Error: "):
+        run("prune_jobs", *args)
+
+
+def test_prune_jobs__inside_atomic_block__command_error() -> None:
+    """The test's own transaction is an atomic block: retention refuses to join it."""
+    with pytest.raises(CommandError, match=r"^job\.invalid_argument: "):
+        run("prune_jobs", "--older-than", "30d")

@@ -17,7 +17,7 @@ else:
 
 @admin.register(Order)
 class OrderAdmin(OrderAdminBase):
-    list_display = ("reference", "customer_email", "total_cents", "created_at")
+    list_display = ("reference", "customer_email", "total_cents", "created_at", "receipt_sent_at")
     search_fields = ("reference",)
     ordering = ("-created_at",)
-    readonly_fields = ("created_at",)
+    readonly_fields = ("created_at", "receipt_sent_at")

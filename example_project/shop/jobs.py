@@ -1,19 +1,69 @@
-"""The shop's job handlers; ``runledger_worker`` finds them because this module is ``jobs.py``."""
+"""The shop's job handlers; ``runledger_worker`` finds them because this module is ``jobs.py``.
+
+A job runs at least once: a worker that dies after a handler did its work, but before the
+success was recorded, leaves the job to run again. Both handlers are safe to run twice.
+"""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
-from runledger_django import JobContext, TerminalJobError, job_handler
+from django.db import transaction
+from django.utils import timezone
+
+from runledger_django import JobContext, RetryJob, TerminalJobError, job_handler
 
 from .models import Order
-from .views import RECEIPT_JOB_TYPE
+from .views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
+
+WAREHOUSE_RETRY_AFTER = dt.timedelta(milliseconds=300)
+"""Short, so the example's story stays fast; a real integration waits seconds or minutes."""
+WAREHOUSE_DOWN_DURING_RUN = 1
+"""The demo's warehouse is "down" for a job's first run, and back for a requeued one."""
+
+
+def _order(job: JobContext, *, lock: bool = False) -> Order:
+    orders = Order.objects.select_for_update() if lock else Order.objects.all()
+    order = orders.filter(pk=job.payload["order_id"]).first()
+    if order is None:
+        raise TerminalJobError("the order no longer exists")  # retrying cannot bring it back
+    return order
 
 
 @job_handler(RECEIPT_JOB_TYPE, max_attempts=5, timeout_seconds=60)
 def send_receipt(job: JobContext) -> dict[str, Any]:
-    """Send the order's receipt (here: pretend to), and record where it went."""
-    order = Order.objects.filter(pk=job.payload["order_id"]).first()
-    if order is None:
-        raise TerminalJobError("the order no longer exists")
-    return {"sent_to": order.customer_email, "reference": order.reference}
+    """Send the order's receipt once (here: pretend to), and record where it went.
+
+    The order row is the idempotency mark: it is locked, checked and stamped in one
+    transaction, so a second run of the job finds the receipt sent and sends nothing.
+    """
+    with transaction.atomic():
+        order = _order(job, lock=True)
+        already_sent = order.receipt_sent_at is not None
+        if not already_sent:
+            # A real shop calls its mail provider here, with job.job_id as the provider's
+            # idempotency key: that closes the last window, a crash between the send and
+            # this transaction's commit.
+            order.receipt_sent_at = timezone.now()
+            order.save(update_fields=["receipt_sent_at"])
+    return {
+        "sent_to": order.customer_email,
+        "reference": order.reference,
+        "already_sent": already_sent,
+    }
+
+
+@job_handler(WAREHOUSE_JOB_TYPE, max_attempts=3, timeout_seconds=30)
+def notify_warehouse(job: JobContext) -> dict[str, Any]:
+    """Ask the warehouse to reserve the order's goods (here: pretend to).
+
+    The demo's warehouse does not answer during the job's first run: each attempt asks to run
+    again shortly (``RetryJob``), and when the third attempt fails the job is dead-lettered.
+    Requeued by an operator (run 2), it goes through. Reserving is keyed by the order's
+    reference on the warehouse's side, so asking twice reserves once.
+    """
+    order = _order(job)
+    if job.run_number == WAREHOUSE_DOWN_DURING_RUN:
+        raise RetryJob("the warehouse did not answer", after=WAREHOUSE_RETRY_AFTER)
+    return {"reserved_for": order.reference, "attempt": job.attempt, "run": job.run_number}

@@ -11,6 +11,8 @@ class Order(models.Model):
     customer_email = models.EmailField()
     total_cents = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
+    receipt_sent_at = models.DateTimeField(null=True, blank=True)
+    """Set by the receipt job in the transaction that sends it: a second run sends nothing."""
 
     class Meta:
         db_table = "shop_orders"

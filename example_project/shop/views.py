@@ -1,4 +1,5 @@
-"""The checkout view: the order and the request for its receipt commit or roll back together."""
+"""The checkout view: the order and the requests for its background work commit or roll back
+together."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from runledger_django import IntentStatus, RunledgerError, record_intent
 from .models import Order
 
 RECEIPT_JOB_TYPE = "shop.send_receipt"
+WAREHOUSE_JOB_TYPE = "shop.notify_warehouse"
 
 
 class CheckoutFailedError(Exception):
@@ -22,7 +24,7 @@ class CheckoutFailedError(Exception):
 
 
 class ConflictedReceiptError(Exception):
-    """The receipt intent for this order was conflicted at promotion; do not commit around it."""
+    """An intent for this order was conflicted at promotion; do not commit around it."""
 
 
 def _parse(request: HttpRequest) -> dict[str, Any] | None:
@@ -44,10 +46,11 @@ def _parse(request: HttpRequest) -> dict[str, Any] | None:
 @csrf_exempt
 @require_POST
 def checkout(request: HttpRequest) -> HttpResponse:
-    """Create the order (or find it again on a retry) and record its receipt intent.
+    """Create the order (or find it again on a retry) and record its two intents: send the
+    receipt, and tell the warehouse to reserve the goods.
 
     The client's ``reference`` makes the whole checkout retry-safe: a retry finds the same
-    order, and ``record_intent`` resolves the identical request to the same intent. A retry
+    order, and ``record_intent`` resolves each identical request to the same intent. A retry
     that changes the total is a conflict, and nothing is written.
     """
     data = _parse(request)
@@ -67,7 +70,12 @@ def checkout(request: HttpRequest) -> HttpResponse:
                 {"order_id": order.pk, "total_cents": data["total_cents"]},
                 idempotency_key=f"receipt:{data['reference']}",
             )
-            if outcome.status == IntentStatus.CONFLICTED:
+            warehouse = record_intent(
+                WAREHOUSE_JOB_TYPE,
+                {"order_id": order.pk},
+                idempotency_key=f"warehouse:{data['reference']}",
+            )
+            if IntentStatus.CONFLICTED in (outcome.status, warehouse.status):
                 raise ConflictedReceiptError
             if data.get("fail_after_recording"):
                 raise CheckoutFailedError
@@ -75,12 +83,18 @@ def checkout(request: HttpRequest) -> HttpResponse:
         return JsonResponse({"error": "checkout failed; nothing was saved"}, status=409)
     except ConflictedReceiptError:
         return JsonResponse(
-            {"error": "the receipt for this order was conflicted; ask an operator"}, status=409
+            {"error": "a request for this order's work was conflicted; ask an operator"},
+            status=409,
         )
     except RunledgerError as error:
         status = 409 if error.category == "conflict" else 400
         return JsonResponse({"error": str(error), "code": error.code}, status=status)
     return JsonResponse(
-        {"order_id": order.pk, "created": created, "intent": outcome.to_dict()},
+        {
+            "order_id": order.pk,
+            "created": created,
+            "intent": outcome.to_dict(),
+            "warehouse_intent": warehouse.to_dict(),
+        },
         status=201 if created else 200,
     )

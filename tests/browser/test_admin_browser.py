@@ -11,6 +11,7 @@ which has no loop. No DJANGO_ALLOW_ASYNC_UNSAFE is needed.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 from collections.abc import Iterator
@@ -24,8 +25,11 @@ from django.contrib.auth.models import User
 from pytest_django import Settings
 from pytest_django.live_server_helper import LiveServer
 
-from runledger_django import IntentStatus, promote_intents, record_intent
-from runledger_django.models import JobDefinition, JobEnqueueIntent
+from runledger_django import IntentStatus, enqueue_job, promote_intents, record_intent
+from runledger_django.domain import FailureKind, JobFailure
+from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.services.claim import claim_jobs
+from runledger_django.services.lifecycle import complete_job_failure, complete_job_success
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -205,4 +209,105 @@ def test_admin__operator_browses_intents_jobs_and_metrics(
     # Browsing is read-only: the waiting intent is still pending, the screenshots exist.
     assert JobEnqueueIntent.objects.get(id=ids["waiting"]).status == IntentStatus.PENDING
     assert len(shots) == 6
+    assert all(path.stat().st_size > 0 for path in shots)
+
+
+@pytest.fixture
+def dead_letter_story() -> dict[str, str]:
+    """A receipt job that succeeded, and a warehouse job whose two attempts failed (the first
+    retried, the second dead-lettered), through the services a worker uses."""
+    for job_type in (RECEIPT, WAREHOUSE):
+        JobDefinition.objects.create(job_type=job_type, max_attempts=2)
+    done = enqueue_job(RECEIPT, {"order_id": 1}, idempotency_key="receipt:demo-1001").job_id
+    [claimed] = claim_jobs([RECEIPT], worker_id="browser-worker", limit=1, lease_seconds=60)
+    complete_job_success(claimed.lease, output={"sent_to": "ada@example.com"})
+    dead = enqueue_job(WAREHOUSE, {"order_id": 1}, idempotency_key="warehouse:demo-1001").job_id
+    for attempt in (1, 2):
+        [claimed] = claim_jobs([WAREHOUSE], worker_id="browser-worker", limit=1, lease_seconds=60)
+        failure = JobFailure(
+            kind=FailureKind.RETRYABLE,
+            code="job.retry_requested",
+            message=f"the warehouse did not answer (attempt {attempt})",
+            error_class="example_project.shop.jobs.RetryJob",
+            traceback="Traceback (most recent call last):\n  ...\nRetryJob: no answer",
+            policy_retry_delay_ms=1000,
+            retry_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1),
+        )
+        complete_job_failure(claimed.lease, failure)
+    assert Job.objects.get(id=dead).status == "DEAD_LETTERED"
+    return {"done": str(done), "dead": str(dead)}
+
+
+def test_admin__operator_requeues_a_dead_letter_and_reads_job_metrics(
+    live_server: LiveServer,
+    admin_static: None,
+    chromium: Path,
+    superuser: User,
+    dead_letter_story: dict[str, str],
+) -> None:
+    """From the index to the dead letters, a dead letter's attempts, the requeue action, and
+    the job metrics page."""
+    from playwright.sync_api import expect
+
+    base = live_server.url
+    ids = dead_letter_story
+    shots: list[Path] = []
+    with open_page(chromium) as page:
+        page.goto(f"{base}/admin/login/?next=/admin/")
+        page.fill("#id_username", "admin")
+        page.fill("#id_password", ADMIN_PASSWORD)
+        page.click("input[type=submit]")
+        expect(page).to_have_url(f"{base}/admin/")
+
+        # The dead letters: one click from the index.
+        page.click("tr.model-deadletter a")
+        expect(page).to_have_url(re.compile(r"/admin/runledger/job/\?status__exact=DEAD_LETTERED$"))
+        rows = page.locator("#result_list tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows.first).to_contain_text(ids["dead"])
+        expect(rows.first).to_contain_text("job.retry_requested")
+        shots.append(shot(page, "07-jobs-dead-letters"))
+
+        # The dead letter's page: both attempts, how each ended, and the events.
+        rows.first.locator(f"a[href*='{ids['dead']}']").first.click()
+        expect(page).to_have_url(re.compile(rf"/admin/runledger/job/{ids['dead']}/change/"))
+        attempts_group = page.locator("#attempts-group")
+        expect(attempts_group).to_contain_text("Retry Scheduled")
+        expect(attempts_group).to_contain_text("Dead Lettered")
+        expect(attempts_group).to_contain_text("the warehouse did not answer (attempt 2)")
+        expect(page.locator("#events-group")).to_contain_text("Dead Lettered")
+        expect(page.locator("pre.runledger-job-payload")).to_contain_text('"order_id": 1')
+        expect(page.locator("#runledger-requeue-job")).to_be_visible()
+        shots.append(shot(page, "08-job-with-attempts"))
+
+        # The requeue action, from the dead letters' list.
+        page.goto(f"{base}/admin/runledger/job/?status__exact=DEAD_LETTERED")
+        page.locator("#result_list input.action-select").first.check()
+        page.select_option("select[name=action]", "requeue_selected_jobs")
+        expect(page.locator(".actions .action-counter")).to_contain_text("1 of 1 selected")
+        shots.append(shot(page, "09-requeue-action"))
+        page.click("button[name=index]")
+        expect(page.locator("ul.messagelist")).to_contain_text("Requeued 1 job.")
+        expect(page.locator("#result_list tbody tr")).to_have_count(0)
+        shots.append(shot(page, "10-requeued"))
+
+        # The job metrics page, from its entry on the index.
+        page.goto(f"{base}/admin/")
+        page.click("tr.model-jobmetricspage a")
+        expect(page).to_have_url(re.compile(r"/admin/runledger/job/metrics/$"))
+        expect(page.locator("h1")).to_have_text("Job metrics")
+        metrics_rows = page.locator("table#job-metrics tr.job-metrics-row")
+        expect(metrics_rows).to_have_count(2)
+        warehouse_row = metrics_rows.filter(has_text=WAREHOUSE)
+        expect(warehouse_row.locator("td.field-due_count")).to_have_text("1")
+        expect(warehouse_row.locator("td.field-retried_24h")).to_have_text("1")
+        expect(warehouse_row.locator("td.field-dead_lettered_24h")).to_have_text("1")
+        receipt_row = metrics_rows.filter(has_text=RECEIPT)
+        expect(receipt_row.locator("td.field-succeeded_24h")).to_have_text("1")
+        shots.append(shot(page, "11-job-metrics"))
+
+    requeued = Job.objects.values("status", "run_number", "attempt").get(id=ids["dead"])
+    assert requeued == {"status": "PENDING", "run_number": 2, "attempt": 0}
+    assert Job.objects.get(id=ids["done"]).status == "SUCCEEDED"
+    assert len(shots) == 5
     assert all(path.stat().st_size > 0 for path in shots)

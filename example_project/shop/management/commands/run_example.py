@@ -1,22 +1,26 @@
 """The example project's main job: the whole runledger story, told step by step.
 
 ``python3 dev.py example`` runs it. Every step is safe to repeat: a second run finds the
-schema, the job type, the order, its intent and the admin user already there, and says so.
+schema, the job types, the order, its intents, its jobs and the admin user already there, and
+says so.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import io
 import json
 import logging
 import os
 import secrets
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import django
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
@@ -27,9 +31,10 @@ from django.test import Client
 from django.urls import reverse
 
 from example_project.shop.models import Order
-from example_project.shop.views import RECEIPT_JOB_TYPE
+from example_project.shop.views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
 from runledger_django import ReadScope, get_intent
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.worker.registry import autodiscover, registry
 
 ADMIN_USERNAME = "admin"
 GOOD_CHECKOUT = {"reference": "demo-1001", "email": "ada@example.com", "total_cents": 4200}
@@ -39,13 +44,25 @@ FAILING_CHECKOUT = {
     "total_cents": 1999,
     "fail_after_recording": True,
 }
-RECEIPT_DEFINITION = {"max_attempts": 5, "default_timeout_seconds": 60, "default_priority": 100}
+SHOP_JOB_TYPES = (RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE)
+WORKER_ARGS = (
+    "--promote",
+    "--burst",
+    *(arg for job_type in SHOP_JOB_TYPES for arg in ("--job-type", job_type)),
+)
+RETRY_WAIT_LIMIT = 5.0
+"""Seconds the story waits for a retry to come due before it runs the worker again."""
+MAX_BURSTS = 6
+"""Worker runs the story makes at most; the warehouse job needs three."""
+PRUNE_WINDOW = "1s"
+"""The retention window of the story's dry run: short, so the demo's jobs already count."""
 
 
 class Command(BaseCommand):
     help = (
-        "Run the example story: migrate, define job types, check out through the view, "
-        "promote the intents, print intent metrics and prepare the admin."
+        "Run the example story: migrate, define job types, check out through the view, run "
+        "the worker (a receipt succeeds, a warehouse call is dead-lettered), print metrics, "
+        "show what retention would remove and prepare the admin."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -58,8 +75,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.step = 0
         self.say(
-            "runledger_django example: a shop records each order and the request for its "
-            "receipt in one transaction."
+            "runledger_django example: a shop records each order and the requests for its "
+            "background work in one transaction, and a worker runs them."
         )
         self.say(f"Database: {self.describe_database()}")
         self.migrate()
@@ -68,8 +85,11 @@ class Command(BaseCommand):
         intent_id = self.checkout(client)
         self.retry_checkout(client, intent_id)
         self.failing_checkout(client)
-        self.promote(intent_id)
+        self.run_worker(intent_id)
+        self.show_jobs()
         self.metrics()
+        self.retention()
+        self.django_task()  # Django's Tasks API through runledger's backend (docs/tasks.md)
         self.prepare_admin(reset_password=options["reset_admin_password"])
 
     # -- output -------------------------------------------------------------------------------
@@ -87,9 +107,11 @@ class Command(BaseCommand):
             self.say(f"   {line}")
 
     def run_command(self, name: str, *args: str) -> None:
-        """Run one of runledger's management commands and show its output indented."""
+        """Run one of runledger's management commands and show its output indented. The
+        library's warnings (a dead letter) stay off the terminal: the output tells them."""
         out = io.StringIO()
-        call_command(name, *args, stdout=out, stderr=out)
+        with _quiet_log("runledger_django"):
+            call_command(name, *args, stdout=out, stderr=out)
         self.detail(f"$ python manage.py {' '.join([name, *args])}")
         self.detail(out.getvalue() or "(no output)")
 
@@ -121,19 +143,29 @@ class Command(BaseCommand):
             self.detail(f"applied {len(plan)} migrations of {', '.join(apps)}")
 
     def define_job_types(self) -> None:
-        self.heading("Define the job types promotion may enqueue")
-        definition, created = JobDefinition.objects.get_or_create(
-            job_type=RECEIPT_JOB_TYPE, defaults=RECEIPT_DEFINITION
-        )
-        # get_or_create, not update_or_create: an operator's later changes (such as disabling
-        # the type in the admin) survive a second run.
-        verb = "created" if created else "already defined"
-        state = "enabled" if definition.is_enabled else "DISABLED (promotion will skip it)"
-        self.detail(
-            f"{definition.job_type}: {verb}, {state}; defaults: {definition.max_attempts} "
-            f"attempts, {definition.default_timeout_seconds} s timeout, "
-            f"priority {definition.default_priority}"
-        )
+        self.heading("Define the job types, from the handlers in shop/jobs.py")
+        autodiscover()
+        for job_type in SHOP_JOB_TYPES:
+            handler = registry.get(job_type)
+            if handler is None:
+                raise RuntimeError(f"no handler registered for {job_type}")
+            defaults = {
+                "max_attempts": handler.max_attempts,
+                "default_timeout_seconds": handler.timeout_seconds,
+            }
+            # get_or_create, not update_or_create: an operator's later changes (such as
+            # disabling the type in the admin) survive a second run. A worker would create a
+            # missing definition the same way; doing it here lets this step show them.
+            definition, created = JobDefinition.objects.get_or_create(
+                job_type=job_type, defaults={k: v for k, v in defaults.items() if v}
+            )
+            verb = "created" if created else "already defined"
+            state = "enabled" if definition.is_enabled else "DISABLED (promotion will skip it)"
+            self.detail(
+                f"{definition.job_type}: {verb}, {state}; defaults: {definition.max_attempts} "
+                f"attempts, {definition.default_timeout_seconds} s timeout, "
+                f"priority {definition.default_priority}"
+            )
 
     def post_checkout(self, client: Client, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         response = client.post(
@@ -145,7 +177,8 @@ class Command(BaseCommand):
         reference = GOOD_CHECKOUT["reference"]
         self.heading(f"Check out order {reference} through the view (POST /checkout/)")
         self.detail(
-            "The view creates the order and calls record_intent() in the same atomic block."
+            "The view creates the order and records two intents in the same atomic block: "
+            "send the receipt, and ask the warehouse to reserve the goods."
         )
         status, body = self.post_checkout(client, GOOD_CHECKOUT)
         if status not in (200, 201):
@@ -155,9 +188,11 @@ class Command(BaseCommand):
             self.detail(f"HTTP {status}: order {reference} created (id {body['order_id']})")
         else:
             self.detail(f"HTTP {status}: order {reference} already existed (an earlier run)")
-        self.detail(
-            f"intent {intent['intent_id']}: {intent['disposition']}, status {intent['status']}"
-        )
+        for name, shown in (("receipt", intent), ("warehouse", body["warehouse_intent"])):
+            self.detail(
+                f"{name} intent {shown['intent_id']}: {shown['disposition']}, "
+                f"status {shown['status']}"
+            )
         return str(intent["intent_id"])
 
     def retry_checkout(self, client: Client, intent_id: str) -> None:
@@ -166,45 +201,139 @@ class Command(BaseCommand):
         intent = body["intent"]
         same = "the same" if intent["intent_id"] == intent_id else "a DIFFERENT"
         self.detail(
-            f"HTTP {status}: {same} order and {same} intent ({intent['disposition']}, "
-            f"status {intent['status']}); strict idempotency: one order, one intent"
+            f"HTTP {status}: {same} order and {same} receipt intent ({intent['disposition']}, "
+            f"status {intent['status']}); strict idempotency: one order, one intent per job"
         )
 
     def failing_checkout(self, client: Client) -> None:
         reference = FAILING_CHECKOUT["reference"]
         self.heading(f"Check out order {reference}, failing after the intent was recorded")
-        with _quiet_request_log():  # the 409 is the point here, not a warning
+        with _quiet_log("django.request"):  # the 409 is the point here, not a warning
             status, body = self.post_checkout(client, FAILING_CHECKOUT)
         orders = Order.objects.filter(reference=reference).count()
         intents = JobEnqueueIntent.objects.filter(
-            job_type=RECEIPT_JOB_TYPE, idempotency_key=f"receipt:{reference}"
+            idempotency_key__in=[f"receipt:{reference}", f"warehouse:{reference}"]
         ).count()
         self.detail(f"HTTP {status}: {body.get('error')}")
         self.detail(
             f"the rollback removed both: {orders} orders and {intents} intents for {reference}"
         )
 
-    def promote(self, intent_id: str) -> None:
-        self.heading("Promote pending intents into the job queue")
-        self.run_command("promote_intents")
+    def run_worker(self, intent_id: str) -> None:
+        self.heading("Run the jobs: runledger_worker --promote --burst")
+        self.detail(
+            "The worker promotes the pending intents into jobs, runs what is due with the "
+            "handlers of shop/jobs.py, and (--burst) exits when nothing is due. The warehouse "
+            "does not answer in this demo, so its job asks to be retried shortly."
+        )
+        self.run_command("runledger_worker", *WORKER_ARGS)
         intent = get_intent(intent_id, scope=ReadScope.ADMIN)
         if intent is None:
             raise RuntimeError(f"intent {intent_id} disappeared")
-        self.detail(f"intent {intent.id} is now {intent.status}")
-        if intent.promoted_job_id is not None:
-            job = Job.objects.get(id=intent.promoted_job_id)
+        self.detail(f"receipt intent {intent.id} is now {intent.status}")
+        for _ in range(MAX_BURSTS - 1):
+            waiting = self.next_retry()
+            if waiting is None:
+                return
+            job, seconds = waiting
+            if seconds > RETRY_WAIT_LIMIT:
+                self.detail(
+                    f"{job.job_type_id} job {job.id} retries at {job.next_run_at:%H:%M:%S}; "
+                    "run the worker again then"
+                )
+                return
             self.detail(
-                f"job {job.id}: {job.job_type_id}, status {job.status}, "
-                f"{job.max_attempts} attempts, priority {job.priority}"
+                f"{job.job_type_id} job {job.id}: attempt {job.attempt} of "
+                f"{job.max_attempts} failed, retry due in {seconds:.1f} s; run the worker again"
             )
-        self.detail(
-            "runledger_django has no worker runtime yet: the job waits in runledger_job_queue "
-            "for a worker of your own."
+            time.sleep(seconds)  # the retry's own schedule: not due before then
+            self.run_command("runledger_worker", *WORKER_ARGS)
+
+    def demo_jobs(self) -> list[Job]:
+        keys = [f"{name}:{GOOD_CHECKOUT['reference']}" for name in ("receipt", "warehouse")]
+        return list(
+            Job.objects.filter(job_type__in=SHOP_JOB_TYPES, idempotency_key__in=keys)
+            .order_by("job_type", "created_at")
+            .prefetch_related("attempts")
         )
 
+    def next_retry(self) -> tuple[Job, float] | None:
+        """The demo's next job waiting for a retry, and the seconds until it is due."""
+        waiting = [job for job in self.demo_jobs() if job.status == "PENDING" and job.attempt]
+        if not waiting:
+            return None
+        job = min(waiting, key=lambda job: job.next_run_at)
+        return job, max(0.0, (job.next_run_at - _database_now()).total_seconds())
+
+    def show_jobs(self) -> None:
+        self.heading("What happened to each job")
+        for job in self.demo_jobs():
+            self.detail(
+                f"job {job.id}: {job.job_type_id}, {job.status}, run {job.run_number}, "
+                f"{job.attempt} of {job.max_attempts} attempts"
+            )
+            for attempt in job.attempts.all():
+                error = f" ({attempt.error_code}: {attempt.error_message})"
+                self.detail(
+                    f"  run {attempt.run_number} attempt {attempt.attempt}: "
+                    f"{attempt.outcome or 'running'}{error if attempt.error_code else ''}"
+                )
+            if job.output is not None:
+                self.detail(f"  output: {json.dumps(job.output, sort_keys=True)}")
+
     def metrics(self) -> None:
-        self.heading("Intent metrics per job type")
+        self.heading("Intent and job metrics per job type")
         self.run_command("intent_metrics")
+        self.run_command("job_metrics")
+
+    def retention(self) -> None:
+        self.heading("Queue retention: what prune_jobs would remove")
+        self.detail(
+            "In production, run prune_jobs --older-than 30d daily; finished jobs go with their "
+            "attempts, events and promoted intents. With a one-second window the demo's jobs "
+            "already count; --dry-run only counts."
+        )
+        newest = max((job.finished_at for job in self.demo_jobs() if job.finished_at), default=None)
+        if newest is not None:
+            # Both demo jobs must have finished more than the window ago to be counted.
+            time.sleep(max(0.0, 1.05 - (_database_now() - newest).total_seconds()))
+        self.run_command("prune_jobs", "--older-than", PRUNE_WINDOW, "--dry-run")
+
+    # -- Django's Tasks API (Django 6+): one @task through RunledgerTaskBackend ---------------
+
+    def django_task(self) -> None:
+        """Enqueue shop/tasks.py's task for the demo order in a transaction, run it with the
+        worker, and read its result back, when TASKS names runledger's backend."""
+        self.heading("Enqueue a Django task (@task in shop/tasks.py) and run it")
+        tasks_setting = getattr(settings, "TASKS", {}).get("default", {})
+        if django.VERSION < (6, 0):
+            self.detail("skipped: Django's Tasks framework arrived in Django 6.0")
+            return
+        if tasks_setting.get("BACKEND") != "runledger_django.tasks.RunledgerTaskBackend":
+            self.detail(
+                "skipped: TASKS does not name runledger_django.tasks.RunledgerTaskBackend; "
+                "see docs/tasks.md"
+            )
+            return
+        from django.db import transaction
+
+        from example_project.shop.tasks import send_order_confirmation
+        from runledger_django.tasks import with_idempotency_key
+
+        order = Order.objects.get(reference=GOOD_CHECKOUT["reference"])
+        confirm = with_idempotency_key(send_order_confirmation, f"confirm:{order.reference}")
+        with transaction.atomic():  # as in a view: the task commits with the business change
+            result = confirm.enqueue(order.pk)
+        self.detail(f"task result {result.id}: {result.status} (a rerun finds the same one)")
+        job_type = f"task:{confirm.queue_name}:{confirm.module_path}"
+        self.run_command("runledger_worker", "--promote", "--burst", "--job-type", job_type)
+        result.refresh()
+        successful = result.status == "SUCCESSFUL"
+        value = json.dumps(result.return_value, sort_keys=True) if successful else "-"
+        self.detail(
+            f"task result {result.id}: {result.status} after {result.attempts} attempt(s), "
+            f"return value {value}"
+        )
 
     def prepare_admin(self, *, reset_password: bool) -> None:
         self.heading("Browse it all in the Django admin")
@@ -229,12 +358,32 @@ class Command(BaseCommand):
             self.detail(f"username: {ADMIN_USERNAME}   password: {password}")
         self.detail(f"start the server:  {_python()} manage.py runserver")
         self.detail("then open:         http://127.0.0.1:8000/admin/")
+        self.detail(
+            "there, open Dead letters, tick the shop.notify_warehouse job and run the action "
+            '"Requeue the selected jobs"'
+        )
+        self.detail(
+            f"then run it again:  {_python()} manage.py runledger_worker --burst "
+            "(run 2: the warehouse answers)"
+        )
         self.say()
 
 
+def _database_now() -> dt.datetime:
+    """The database clock: job schedules are written on it."""
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        row = cursor.fetchone()
+    if row is None:
+        raise RuntimeError("the database did not tell its time")
+    value: dt.datetime = row[0]
+    return value
+
+
 @contextmanager
-def _quiet_request_log() -> Iterator[None]:
-    logger = logging.getLogger("django.request")
+def _quiet_log(name: str) -> Iterator[None]:
+    """Only errors from logger ``name`` while the block runs."""
+    logger = logging.getLogger(name)
     previous = logger.level
     logger.setLevel(logging.ERROR)
     try:
