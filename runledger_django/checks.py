@@ -74,20 +74,8 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
                 id="runledger.E004",
             )
         )
-    interval = raw.get("PROMOTER_INTERVAL", DEFAULTS["PROMOTER_INTERVAL"])
-    # Event.wait() overflows on inf or beyond TIMEOUT_MAX: the promoter loop would crash.
-    if (
-        isinstance(interval, bool)
-        or not isinstance(interval, int | float)
-        or not 0 < interval <= threading.TIMEOUT_MAX
-    ):
-        errors.append(
-            Error(
-                "RUNLEDGER['PROMOTER_INTERVAL'] must be a positive, finite number of seconds.",
-                hint="The default is 0.5.",
-                id="runledger.E005",
-            )
-        )
+    if not _is_seconds(raw.get("PROMOTER_INTERVAL", DEFAULTS["PROMOTER_INTERVAL"])):
+        errors.append(_seconds_error("PROMOTER_INTERVAL", "runledger.E005"))
     if "PRUNE_BATCH_SIZE" in raw and not _is_int_in(raw["PRUNE_BATCH_SIZE"], 1, 1000):
         errors.append(
             Error(
@@ -96,6 +84,56 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
                 id="runledger.E006",
             )
         )
+    errors += _worker_setting_errors(raw)
+    return errors
+
+
+def _is_seconds(value: object, *, zero_ok: bool = False) -> bool:
+    """A number of seconds a loop may wait: Event.wait() overflows on inf or beyond
+    TIMEOUT_MAX, and would crash the loop."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    low_ok = value >= 0 if zero_ok else value > 0
+    return low_ok and value <= threading.TIMEOUT_MAX
+
+
+def _seconds_error(key: str, check_id: str, *, zero_ok: bool = False) -> Error:
+    kind = "a non-negative" if zero_ok else "a positive"
+    return Error(
+        f"RUNLEDGER['{key}'] must be {kind}, finite number of seconds.",
+        hint=f"The default is {DEFAULTS[key]}.",
+        id=check_id,
+    )
+
+
+def _worker_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The worker runtime's settings (SPEC "Running jobs"); ids E020 and up."""
+    errors: list[CheckMessage] = []
+    if "LEASE_SECONDS" in raw and not _is_int_in(raw["LEASE_SECONDS"], 1, 86_400):
+        errors.append(
+            Error(
+                "RUNLEDGER['LEASE_SECONDS'] must be an int from 1 to 86400.",
+                hint="The default is 60; heartbeats renew the lease every third of it.",
+                id="runledger.E020",
+            )
+        )
+    for key, check_id, zero_ok in (
+        ("REAPER_INTERVAL_SECONDS", "runledger.E021", False),
+        ("WORKER_GRACE_SECONDS", "runledger.E022", True),
+        ("WORKER_POLL_INTERVAL", "runledger.E023", False),
+        ("OUTAGE_LIMIT_SECONDS", "runledger.E024", False),
+    ):
+        if key in raw and not _is_seconds(raw[key], zero_ok=zero_ok):
+            errors.append(_seconds_error(key, check_id, zero_ok=zero_ok))
+    for key, check_id in (("WAKEUP_NOTIFY", "runledger.E025"), ("WORKER_LISTEN", "runledger.E026")):
+        if key in raw and not isinstance(raw[key], bool):
+            errors.append(
+                Error(
+                    f"RUNLEDGER['{key}'] must be True or False.",
+                    hint=f"The default is {DEFAULTS[key]}.",
+                    id=check_id,
+                )
+            )
     return errors
 
 

@@ -40,6 +40,13 @@ def test_check__every_key_valid__passes(settings: SettingsWrapper) -> None:
         "PROMOTION_BATCH_SIZE": 1000,
         "PROMOTER_INTERVAL": 2,
         "PRUNE_BATCH_SIZE": 1,
+        "LEASE_SECONDS": 1,
+        "REAPER_INTERVAL_SECONDS": 0.5,
+        "WORKER_GRACE_SECONDS": 0,
+        "WORKER_POLL_INTERVAL": 0.05,
+        "WAKEUP_NOTIFY": False,
+        "WORKER_LISTEN": False,
+        "OUTAGE_LIMIT_SECONDS": 600,
     }
     call_command("check", stdout=io.StringIO())
 
@@ -105,6 +112,34 @@ def test_check__good_promoter_interval__passes(settings: SettingsWrapper, value:
 def test_check__bad_prune_batch_size__e006(settings: SettingsWrapper, value: Any) -> None:
     assert_check_fails(settings, {"PRUNE_BATCH_SIZE": value}, "runledger.E006")
     assert check_ids(settings, {"PRUNE_BATCH_SIZE": value}) == ["runledger.E006"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "check_id"),
+    [
+        ("LEASE_SECONDS", 0, "runledger.E020"),
+        ("LEASE_SECONDS", 1.5, "runledger.E020"),
+        ("LEASE_SECONDS", 86_401, "runledger.E020"),
+        ("LEASE_SECONDS", True, "runledger.E020"),
+        ("REAPER_INTERVAL_SECONDS", 0, "runledger.E021"),
+        ("REAPER_INTERVAL_SECONDS", float("inf"), "runledger.E021"),
+        ("WORKER_GRACE_SECONDS", -1, "runledger.E022"),
+        ("WORKER_GRACE_SECONDS", "30", "runledger.E022"),
+        ("WORKER_POLL_INTERVAL", 0, "runledger.E023"),
+        ("WORKER_POLL_INTERVAL", float("nan"), "runledger.E023"),
+        ("OUTAGE_LIMIT_SECONDS", 0, "runledger.E024"),
+        ("OUTAGE_LIMIT_SECONDS", 1e300, "runledger.E024"),
+        ("WAKEUP_NOTIFY", 1, "runledger.E025"),
+        ("WORKER_LISTEN", "yes", "runledger.E026"),
+    ],
+    ids=repr,
+)
+def test_check__bad_worker_setting__its_own_id(
+    settings: SettingsWrapper, key: str, value: Any, check_id: str
+) -> None:
+    """A worker would crash (an Event.wait() overflow) or misbehave on these values."""
+    assert_check_fails(settings, {key: value}, check_id)
+    assert check_ids(settings, {key: value}) == [check_id]
 
 
 def test_check__several_problems__all_reported(settings: SettingsWrapper) -> None:
@@ -207,6 +242,15 @@ def test_conf__no_runledger_setting__defaults(settings: SettingsWrapper) -> None
         conf.PROMOTER_INTERVAL,
         conf.PRUNE_BATCH_SIZE,
     ) == (None, 500, 0.5, 1000)
+    assert (
+        conf.LEASE_SECONDS,
+        conf.REAPER_INTERVAL_SECONDS,
+        conf.WORKER_GRACE_SECONDS,
+        conf.WORKER_POLL_INTERVAL,
+        conf.WAKEUP_NOTIFY,
+        conf.WORKER_LISTEN,
+        conf.OUTAGE_LIMIT_SECONDS,
+    ) == (60, 15.0, 30.0, 1.0, True, True, 300.0)
 
 
 def test_conf__settings_changed__read_at_call_time(settings: SettingsWrapper) -> None:
