@@ -71,7 +71,6 @@ class Code(StrEnum):
     TERMINAL_FAILURE = "job.terminal_failure"
     TIMEOUT_EXCEEDED = "job.timeout_exceeded"
     LEASE_EXPIRED = "job.lease_expired"
-    LEASE_MAINTENANCE_FAILED = "job.lease_maintenance_failed"
     WORKER_REQUIRES_OWN_TRANSACTION = "job.worker_requires_own_transaction"
     HANDLER_LEFT_TRANSACTION_OPEN = "job.handler_left_transaction_open"
     TASK_NOT_FOUND = "job.task_not_found"
@@ -192,7 +191,6 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
     Code.TERMINAL_FAILURE: (_I, "Job handler failed permanently."),
     Code.TIMEOUT_EXCEEDED: (_I, "Job exceeded the configured timeout."),
     Code.LEASE_EXPIRED: (_I, "Job lease expired before completion."),
-    Code.LEASE_MAINTENANCE_FAILED: (_I, "Job lease could not be renewed."),
     Code.WORKER_REQUIRES_OWN_TRANSACTION: (
         _V,
         "Jobs must be run outside any transaction.",

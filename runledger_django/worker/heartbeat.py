@@ -25,7 +25,7 @@ class Heartbeater(threading.Thread):
 
     A lease whose row another session holds (the handler's own transaction, say) is retried
     every 50 ms until the tick's budget, a third of the lease, runs out; then the attempt is
-    given up as lost (``job.lease_maintenance_failed`` in the reference), nothing more is
+    given up as lost (the reference's ``job.lease_maintenance_failed``), nothing more is
     written for it, and the reaper takes the job once the lease expires.
     """
 

@@ -6,6 +6,7 @@ import copy
 import logging
 import pickle
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -245,3 +246,14 @@ def test_catalog__client_messages_never_mention_internals() -> None:
 
 def test_error_category__values() -> None:
     assert {category.value for category in ErrorCategory} == {V, C, F, I}
+
+
+def test_catalog__every_code_documented_with_its_client_message() -> None:
+    """docs/errors.md is the operator's reference: every code and client message is in it."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "errors.md").read_text()
+    missing = [
+        code.value
+        for code, (_, message) in CATALOG.items()
+        if f"`{code.value}`" not in text or message not in text
+    ]
+    assert missing == []
