@@ -12,12 +12,12 @@ from typing import Any
 _registered: dict[str, Any] = {}
 
 
-def send_receipt(order_id: int) -> None:
+def send_receipt(order_id: int, email: str) -> None:
     """The django-tasks body. Registering it rebinds this name to its Task: the backend looks
     the task up again by its module path, which must name the Task, not the function."""
 
 
-def deferred_receipt(order_id: int) -> None:
+def deferred_receipt(order_id: int, email: str) -> None:
     """The Procrastinate body (registered under an explicit name)."""
 
 

@@ -27,12 +27,12 @@ from typing import Any
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 SHAPES = {
-    "a": ("record_intent vs ORM create, one row per transaction", "benchmarks.shape_a"),
-    "b": ("1,000 rows in one transaction", "benchmarks.shape_b"),
-    "c": ("draining 20,000 pending intents", "benchmarks.shape_c"),
+    "a": ("recording vs ORM insert and peers, own transaction", "benchmarks.shape_a"),
+    "b": ("recording vs ORM insert and peers, 1,000 in one transaction", "benchmarks.shape_b"),
+    "c": ("promotion: fresh and analysed bursts against plain SQL", "benchmarks.shape_c"),
     "d": ("metrics and list at one million intents", "benchmarks.shape_d"),
     "e": ("admin changelist at one million intents", "benchmarks.shape_e"),
-    "f": ("peers: django-tasks-db and Procrastinate", "benchmarks.shape_f"),
+    "f": ("recording vs ORM insert and peers, beside an Order", "benchmarks.shape_f"),
 }
 PACKAGES = ["Django", "psycopg", "django-tasks", "django-tasks-db", "procrastinate"]
 
@@ -202,6 +202,10 @@ def main(argv: list[str]) -> int:
     print(header)
     print()
     print_table(ctx.rows)
+    targets = [row for row in ctx.rows if row.target]
+    if targets:
+        print("\nAgainst the targets:\n")
+        print_table(targets)
     document = {
         "started_at": started.isoformat(),
         "finished_at": finished.isoformat(),

@@ -1,33 +1,22 @@
-"""(b) 1,000 record_intent calls inside one caller transaction against 1,000 ORM creates.
+"""(b) Recording, 1,000 requests for work in one transaction: the contenders of (a).
 
-Each contender runs whole 1,000-row transactions, interleaved batch by batch; the table keeps
-growing across batches exactly as it does in (a).
+Each contender runs whole 1,000-op transactions, interleaved transaction by transaction with the
+order rotating; the tables keep growing across rounds, the same for everyone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from django.db import transaction
 
-from .common import (
-    JOB_TYPE,
-    Context,
-    Row,
-    define_job_types,
-    interleaved,
-    progress,
-    ratio,
-    reset_runledger,
-)
-from .shape_a import intent_table_create, ours, plain_create
+from .common import Context, interleaved, progress
+from .shape_a import Op, check_peers, contenders, report, reset_all
 
 BATCH = 1000
 
 
-def batch(op_for: Callable[[str], Callable[[int], object]], prefix: str) -> Callable[[int], object]:
+def batched(name: str) -> Op:
     def run_batch(round_no: int) -> object:
-        op = op_for(f"{prefix}{round_no}")
+        op = contenders(f"b{round_no}")[name]
         with transaction.atomic():
             for i in range(BATCH):
                 op(i)
@@ -37,37 +26,11 @@ def batch(op_for: Callable[[str], Callable[[int], object]], prefix: str) -> Call
 
 
 def run(ctx: Context) -> None:
-    rounds = ctx.size(9, 3)
-    reset_runledger("bench_plain_intent")
-    define_job_types([JOB_TYPE])
-    progress(f"(b) {rounds} interleaved transactions of {BATCH} rows per contender")
+    check_peers(ctx, "b")
+    rounds = ctx.size(9, 2)
+    reset_all()
+    progress(f"(b) {rounds} interleaved transactions of {BATCH} ops per contender")
     stats = interleaved(
-        {
-            "record_intent": batch(ours, "b"),
-            "plain": batch(plain_create, "b"),
-            "intent_table": batch(intent_table_create, "b"),
-        },
-        count=rounds,
-        warmup=1,
+        {name: batched(name) for name in contenders("probe")}, count=rounds, warmup=1
     )
-    mine, plain, table = stats["record_intent"], stats["plain"], stats["intent_table"]
-    for name, s in (
-        ("record_intent x1000", mine),
-        ("ORM create x1000, plain mirror table", plain),
-        ("ORM create x1000, runledger intent table", table),
-    ):
-        ctx.add(Row("b", f"{name}, median transaction", s.median_ms, "ms", detail=s.to_dict()))
-        ctx.add(Row("b", f"{name}, per row", s.median_ms / BATCH, "ms"))
-    ctx.add(
-        Row(
-            "b", "record_intent / ORM create (medians)", ratio(mine.median_ms, plain.median_ms), "x"
-        )
-    )
-    ctx.add(
-        Row(
-            "b",
-            "record_intent / ORM create into the intent table",
-            ratio(mine.median_ms, table.median_ms),
-            "x",
-        )
-    )
+    report(ctx, "b", f"{BATCH:,} in one transaction", stats, per=BATCH)

@@ -47,13 +47,21 @@ STAGES = frozenset(stage.value for stage in JobStage)
 
 def is_blank(value: str) -> bool:
     """True when every character is Unicode White_Space (or there are none)."""
-    return all(char in WHITESPACE for char in value)
+    # Almost every value starts with a visible character: answer without walking it.
+    return not value or (value[0] in WHITESPACE and all(char in WHITESPACE for char in value))
+
+
+def utf8_length(value: str) -> int:
+    """The length of ``value`` in UTF-8 bytes, without encoding ASCII text."""
+    return len(value) if value.isascii() else len(value.encode("utf-8"))
 
 
 def _storable_text_problem(value: str) -> str | None:
     """Why PostgreSQL's text type cannot hold ``value``, or None."""
     if "\x00" in value:
         return "contains NUL"
+    if value.isascii():  # no surrogate can hide in ASCII: skip the trial encoding
+        return None
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -81,7 +89,7 @@ def validate_job_type(value: object, *, persisted_row: bool = False) -> str:
         )
     # A persisted row already fit its unique index: the limit guards new requests only, so a
     # long type written before (or around) it is promoted, not deferred forever.
-    if not persisted_row and len(job_type.encode("utf-8")) > JOB_TYPE_MAX_BYTES:
+    if not persisted_row and utf8_length(job_type) > JOB_TYPE_MAX_BYTES:
         raise RunledgerError.for_code(
             Code.INVALID_JOB_TYPE_LENGTH, f"job_type longer than {JOB_TYPE_MAX_BYTES} bytes"
         )
@@ -93,7 +101,7 @@ def validate_idempotency_key(value: object, *, for_intent: bool) -> str:
     key = _text(value, code, "idempotency_key")
     if is_blank(key):
         raise RunledgerError.for_code(code, "idempotency key was blank")
-    if len(key.encode("utf-8")) > IDEMPOTENCY_KEY_MAX_BYTES:
+    if utf8_length(key) > IDEMPOTENCY_KEY_MAX_BYTES:
         raise RunledgerError.for_code(
             Code.INVALID_IDEMPOTENCY_KEY_LENGTH,
             f"idempotency key longer than {IDEMPOTENCY_KEY_MAX_BYTES} bytes",
@@ -157,44 +165,60 @@ def validate_execution_resource_key(value: object) -> str | None:
         return None
     code = Code.INVALID_EXECUTION_RESOURCE_KEY
     key = _text(value, code, "execution_resource_key")
-    if is_blank(key) or len(key.encode("utf-8")) > EXECUTION_RESOURCE_KEY_MAX_BYTES:
+    if is_blank(key) or utf8_length(key) > EXECUTION_RESOURCE_KEY_MAX_BYTES:
         raise RunledgerError.for_code(code, "execution resource key blank or too long")
     return key
 
 
+def _leaf_problem(value: object, kind: type) -> str | None:
+    """Why a value that is not a container, None, a bool or an int cannot be stored, or None."""
+    if kind is str:
+        problem = _storable_text_problem(value)  # type: ignore[arg-type]
+        return f"a string {problem}" if problem else None
+    if kind is float:
+        return None if math.isfinite(value) else "a float is not finite"  # type: ignore[arg-type]
+    return f"contains a {kind.__name__}, which is not JSON-native"
+
+
 def _payload_problem(payload: object) -> str | None:
     """Why ``payload`` is not JSON-native data that jsonb can store, or None."""
+    kind = type(payload)
+    if not (kind is dict or kind is list or kind is tuple):
+        if payload is None or kind is bool or kind is int:
+            return None
+        return _leaf_problem(payload, kind)
     stack: list[tuple[object, int]] = [(payload, 0)]
     while stack:
         value, depth = stack.pop()
-        kind = type(value)
-        if value is None or kind is bool or kind is int:
-            continue
-        if kind is str:
-            problem = _storable_text_problem(value)  # type: ignore[arg-type]
-            if problem:
-                return f"a string {problem}"
-        elif kind is float:
-            if not math.isfinite(value):  # type: ignore[arg-type]
-                return "a float is not finite"
-        elif kind is dict or kind is list or kind is tuple:
-            if depth >= PAYLOAD_MAX_DEPTH:
-                return f"nested deeper than {PAYLOAD_MAX_DEPTH} levels"
-            items: Iterable[object]
-            if kind is dict:
-                for key in value:  # type: ignore[attr-defined]
-                    if type(key) is not str:
-                        return f"a dict key is {type(key).__name__}, not str"
-                    problem = _storable_text_problem(key)
-                    if problem:
-                        return f"a dict key {problem}"
-                items = value.values()  # type: ignore[attr-defined]
-            else:
-                items = value  # type: ignore[assignment]
-            stack.extend((item, depth + 1) for item in items)
+        if depth >= PAYLOAD_MAX_DEPTH:
+            return f"nested deeper than {PAYLOAD_MAX_DEPTH} levels"
+        items: Iterable[object]
+        if type(value) is dict:
+            for key in value:
+                if type(key) is not str:
+                    return f"a dict key is {type(key).__name__}, not str"
+                problem = _storable_text_problem(key)
+                if problem:
+                    return f"a dict key {problem}"
+            items = value.values()
         else:
-            return f"contains a {kind.__name__}, which is not JSON-native"
+            items = value  # type: ignore[assignment]
+        for item in items:
+            # Leaves are checked here rather than pushed: most of a payload is leaves.
+            kind = type(item)
+            if item is None or kind is bool or kind is int:
+                continue
+            if kind is dict or kind is list or kind is tuple:
+                stack.append((item, depth + 1))
+                continue
+            problem = _leaf_problem(item, kind)
+            if problem:
+                return problem
     return None
+
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+"""Compact JSON without ASCII escaping; built once (json.dumps with options builds one a call)."""
 
 
 def encode_payload(payload: object) -> str:
@@ -202,15 +226,26 @@ def encode_payload(payload: object) -> str:
     problem = _payload_problem(payload)
     if problem is None:
         try:
-            text = json.dumps(payload, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            text = _ENCODER.encode(payload)
         except ValueError as exc:  # e.g. an int beyond the int-to-str digit limit
             problem = f"not serializable ({type(exc).__name__})"
         else:
-            if len(text) > PAYLOAD_MAX_BYTES or len(text.encode("utf-8")) > PAYLOAD_MAX_BYTES:
+            # A UTF-8 character takes at most 4 bytes: only long text needs encoding to count.
+            if len(text) > PAYLOAD_MAX_BYTES or (
+                len(text) > PAYLOAD_MAX_BYTES // 4 and len(text.encode("utf-8")) > PAYLOAD_MAX_BYTES
+            ):
                 problem = f"larger than {PAYLOAD_MAX_BYTES} bytes"
             else:
                 return text
     raise RunledgerError.for_code(Code.INVALID_PAYLOAD, f"payload {problem}")
+
+
+def _json_int(value: int | None) -> str:
+    """JSON for a validated int or None (a Python int's str is its JSON number)."""
+    return "null" if value is None else str(value)
+
+
+_STAGE_JSON = {stage: _ENCODER.encode(stage) for stage in STAGES}
 
 
 def canonical_snapshot_json(
@@ -228,23 +263,24 @@ def canonical_snapshot_json(
     Key order and spacing are fixed so the text is byte-for-byte stable; equality is still
     decided by jsonb ``=`` in PostgreSQL, which also normalises numbers.
     """
-    dump = json.dumps
+    timestamp = format_timestamp(next_run_at)
     parts = [
         '{"payload":',
         payload_json,
         ',"priority":',
-        dump(priority),
+        _json_int(priority),
         ',"max_attempts":',
-        dump(max_attempts),
+        _json_int(max_attempts),
         ',"timeout_seconds":',
-        dump(timeout_seconds),
+        _json_int(timeout_seconds),
+        # The timestamp format has only digits and "-:.TZ": nothing to escape.
         ',"next_run_at":',
-        dump(format_timestamp(next_run_at)),
+        "null" if timestamp is None else f'"{timestamp}"',
         ',"stage":',
-        dump(stage, ensure_ascii=False),
+        _STAGE_JSON.get(stage) or _ENCODER.encode(stage),
     ]
     if execution_resource_key is not None:
-        parts += [',"execution_resource_key":', dump(execution_resource_key, ensure_ascii=False)]
+        parts += [',"execution_resource_key":', _ENCODER.encode(execution_resource_key)]
     parts.append("}")
     return "".join(parts)
 

@@ -138,20 +138,42 @@ ENQUEUE_INSERT_KEYED_GLOBAL: Final[LiteralString] = (
     + _ENQUEUE_INSERT_TAIL
 )
 
+# A keyed job by its scope's partial unique index. The key is matched as a one-value range and
+# the match ordered by it: with sorts disabled (a promotion pass pins that), the unique index is
+# then the only index that yields the order, whatever the statistics say. Under stale statistics
+# the planner otherwise costs every index scan as reading the whole index, and picks the
+# smallest one that filters on the organization or the type: every job of the tenant, per row.
+_JOB_BY_KEY_ORG: Final[LiteralString] = """
+job.job_type = {job_type} AND job.organization_id = {organization_id}
+  AND job.idempotency_key >= {key} AND job.idempotency_key <= {key}
+ORDER BY job.idempotency_key LIMIT 1"""
+_JOB_BY_KEY_GLOBAL: Final[LiteralString] = """
+job.job_type = {job_type} AND job.organization_id IS NULL
+  AND job.idempotency_key >= {key} AND job.idempotency_key <= {key}
+ORDER BY job.idempotency_key LIMIT 1"""
+
 _FIND_EXISTING_JOB: Final[LiteralString] = """
-SELECT id, status, run_number, enqueue_request = %(snapshot)s::jsonb AS same_request,
-       enqueue_request IS NULL AS legacy
-FROM runledger_job_queue
-WHERE job_type = %(job_type)s AND idempotency_key = %(idempotency_key)s AND
-"""
+SELECT job.id, job.status, job.run_number,
+       job.enqueue_request = %(snapshot)s::jsonb AS same_request,
+       job.enqueue_request IS NULL AS legacy
+FROM runledger_job_queue job
+WHERE"""
 
 # The existing keyed job, locked FOR NO KEY UPDATE ("mutation-ready"); snapshot equality is
 # decided by jsonb = in PostgreSQL. Separate scope texts keep the partial unique index usable.
 FIND_EXISTING_JOB_ORG: Final[LiteralString] = (
-    _FIND_EXISTING_JOB + " organization_id = %(organization_id)s LIMIT 1 FOR NO KEY UPDATE"
+    _FIND_EXISTING_JOB
+    + _JOB_BY_KEY_ORG.replace("{job_type}", "%(job_type)s")
+    .replace("{organization_id}", "%(organization_id)s")
+    .replace("{key}", "%(idempotency_key)s")
+    + " FOR NO KEY UPDATE"
 )
 FIND_EXISTING_JOB_GLOBAL: Final[LiteralString] = (
-    _FIND_EXISTING_JOB + " organization_id IS NULL LIMIT 1 FOR NO KEY UPDATE"
+    _FIND_EXISTING_JOB
+    + _JOB_BY_KEY_GLOBAL.replace("{job_type}", "%(job_type)s").replace(
+        "{key}", "%(idempotency_key)s"
+    )
+    + " FOR NO KEY UPDATE"
 )
 
 DEFINITION_IS_ENABLED: Final[LiteralString] = """
@@ -162,36 +184,33 @@ SELECT EXISTS (
 
 # --- intent recording (INSERT ... ON CONFLICT ... WHERE, FOR KEY SHARE) ---------------------
 
-_RECORD_INTENT_HEAD: Final[LiteralString] = """
-INSERT INTO runledger_job_enqueue_intents (
-    id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-    next_run_at, idempotency_key, stage, enqueue_request_version, enqueue_request,
-    execution_resource_key
-)
--- CAST(... AS integer), not ::integer: Django binds client-side, and "-2147483648::integer"
--- parses as -(2147483648::integer), which overflows for the smallest priority.
+# The id is made by the caller, so nothing is returned: the row count says whether the row
+# went in. CAST(... AS integer), not ::integer: Django binds client-side, and
+# "-2147483648::integer" parses as -(2147483648::integer), which overflows for the smallest
+# priority. The isolation check is folded into the insert to save a round trip; when it fails
+# nothing is written and the caller runs SHOW transaction_isolation to report it. The text
+# carries no SQL comments: the server parses it on every call.
+_RECORD_INTENT_HEAD: Final[LiteralString] = """INSERT INTO runledger_job_enqueue_intents (
+id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds, next_run_at,
+idempotency_key, stage, enqueue_request_version, enqueue_request, execution_resource_key)
 SELECT %(id)s, %(job_type)s, %(organization_id)s, %(payload)s::jsonb,
-       CAST(%(priority)s AS integer), CAST(%(max_attempts)s AS integer),
-       CAST(%(timeout_seconds)s AS integer), %(next_run_at)s::timestamptz,
-       %(idempotency_key)s, %(stage)s, 1, %(snapshot)s::jsonb, %(execution_resource_key)s
--- Folding the isolation check into the insert saves a round trip; when it fails nothing is
--- written and the caller runs SHOW transaction_isolation to report it.
+CAST(%(priority)s AS integer), CAST(%(max_attempts)s AS integer),
+CAST(%(timeout_seconds)s AS integer), %(next_run_at)s::timestamptz,
+%(idempotency_key)s, %(stage)s, 1, %(snapshot)s::jsonb, %(execution_resource_key)s
 WHERE current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')
 """
 
 # Organization scope; blocks behind an uncommitted recorder of the same key, then DO NOTHING.
 RECORD_INTENT_ORG: Final[LiteralString] = (
     _RECORD_INTENT_HEAD
-    + """ON CONFLICT (job_type, organization_id, idempotency_key)
-    WHERE organization_id IS NOT NULL DO NOTHING
-RETURNING id"""
+    + "ON CONFLICT (job_type, organization_id, idempotency_key) WHERE organization_id IS NOT NULL"
+    " DO NOTHING"
 )
 
 # Global scope (organization_id is NULL).
 RECORD_INTENT_GLOBAL: Final[LiteralString] = (
     _RECORD_INTENT_HEAD
-    + """ON CONFLICT (job_type, idempotency_key) WHERE organization_id IS NULL DO NOTHING
-RETURNING id"""
+    + "ON CONFLICT (job_type, idempotency_key) WHERE organization_id IS NULL DO NOTHING"
 )
 
 _FIND_EXISTING_INTENT: Final[LiteralString] = """
@@ -266,97 +285,120 @@ INTENT_METRICS_GLOBAL: Final[LiteralString] = _METRICS.replace("{scope}", "organ
 INTENT_METRICS_ADMIN: Final[LiteralString] = _METRICS.replace("{scope}", "true")
 
 # --- promotion ---------------------------------------------------------------------------
+#
+# A promotion pass owns its transaction and pins the planner for it (PROMOTION_PLANNER_SETTINGS):
+# statistics go stale exactly when promotion matters (a burst after an outage lands in a table
+# autovacuum has not analysed, or one that retention emptied), and a plan chosen from a stale
+# row estimate turns a batch of 1,000 into a scan of the backlog per row. Every statement below
+# is written so that, with sorts, sequential and bitmap scans, nested loops and merge joins
+# disabled, its plan is linear in the batch: the claim walks idx_job_enqueue_intents_pending in
+# claim order and stops at the limit; rows the pass holds are reached by ctid (a TID scan,
+# stable because the pass holds their row lock); jobs by their unique key (an ordered probe,
+# see _JOB_BY_KEY_ORG); statement-local sets are joined by hashing.
 
-# The idle fast path: one non-locking EXISTS outside any transaction and without the fence.
-PROMOTION_HAS_ELIGIBLE: Final[LiteralString] = """
-SELECT EXISTS (
-    SELECT 1
-    FROM runledger_job_enqueue_intents intent
-    JOIN runledger_job_definitions definition
-      ON definition.job_type = intent.job_type AND definition.is_enabled = true
-    WHERE intent.status = 'PENDING'
-      AND intent.enqueue_request_version = 1
-      AND intent.next_promotion_at <= now()
-      AND intent.job_type = ANY(%(job_types)s::text[])
+# The planner settings of a promotion transaction (reverted at its end). jit stays off: an OLTP
+# statement gains nothing from compiling, and PostgreSQL 15 and 16 price a disabled plan node
+# so high that every statement would compile. The benchmarks' plain-SQL limit runs under them.
+_PLANNER_PINS: Final[LiteralString] = """
+       set_config('enable_sort', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('enable_nestloop', 'off', true),
+       set_config('enable_mergejoin', 'off', true),
+       set_config('jit', 'off', true)
+"""
+PROMOTION_PLANNER_SETTINGS: Final[LiteralString] = "SELECT" + _PLANNER_PINS
+
+# The same settings inside a transaction someone else owns (retention): the previous values
+# are read first (a MATERIALIZED CTE) and returned, for RESTORE_PLANNER to put back exactly.
+PIN_PLANNER: Final[LiteralString] = (
+    """
+WITH previous AS MATERIALIZED (
+    SELECT current_setting('enable_sort') AS enable_sort,
+           current_setting('enable_seqscan') AS enable_seqscan,
+           current_setting('enable_bitmapscan') AS enable_bitmapscan,
+           current_setting('enable_nestloop') AS enable_nestloop,
+           current_setting('enable_mergejoin') AS enable_mergejoin,
+           current_setting('jit') AS jit
 )
+SELECT previous.*,"""
+    + _PLANNER_PINS
+    + "FROM previous"
+)
+
+RESTORE_PLANNER: Final[LiteralString] = """
+SELECT set_config('enable_sort', %(enable_sort)s, true),
+       set_config('enable_seqscan', %(enable_seqscan)s, true),
+       set_config('enable_bitmapscan', %(enable_bitmapscan)s, true),
+       set_config('enable_nestloop', %(enable_nestloop)s, true),
+       set_config('enable_mergejoin', %(enable_mergejoin)s, true),
+       set_config('jit', %(jit)s, true)
 """
 
-# The claim: FOR NO KEY UPDATE OF intent SKIP LOCKED locks only intent rows, so concurrent
-# promoters split the backlog and definitions stay shareable. Only v1 snapshots are selected.
-PROMOTION_CLAIM: Final[LiteralString] = """
-SELECT intent.id
+# Pending v1 intents of the allow-list whose definition is enabled, in claim order. The enabled
+# types are computed once (an InitPlan) rather than joined, so the walk has no join to reorder.
+_ELIGIBLE: Final[LiteralString] = """
 FROM runledger_job_enqueue_intents intent
-JOIN runledger_job_definitions definition
-  ON definition.job_type = intent.job_type AND definition.is_enabled = true
 WHERE intent.status = 'PENDING'
   AND intent.enqueue_request_version = 1
   AND intent.next_promotion_at <= now()
-  AND intent.job_type = ANY(%(job_types)s::text[])
+  AND intent.job_type = ANY(ARRAY(
+      SELECT job_type FROM runledger_job_definitions
+      WHERE job_type = ANY(%(job_types)s::text[]) AND is_enabled = true))
 ORDER BY intent.next_promotion_at, intent.created_at, intent.id
-LIMIT %(limit)s
-FOR NO KEY UPDATE OF intent SKIP LOCKED
 """
 
-# The claimed rows the set-based statement did not promote, for the per-row path to decode.
-PROMOTION_FALLBACK_ROWS: Final[LiteralString] = """
-SELECT id, job_type, organization_id, payload::text AS payload, priority, max_attempts,
-       timeout_seconds, next_run_at, idempotency_key, stage, execution_resource_key,
-       enqueue_request::text AS enqueue_request
-FROM runledger_job_enqueue_intents
-WHERE id = ANY(%(ids)s::uuid[])
-"""
+# The idle check: the head of the claim order, without locks and before the fence, so an idle
+# pass never waits for retention.
+PROMOTION_HAS_ELIGIBLE: Final[LiteralString] = "SELECT intent.id" + _ELIGIBLE + "LIMIT 1"
 
-# Snapshot drift check: the stored snapshot against the one recomputed from the columns.
-INTENT_SNAPSHOT_MATCHES: Final[LiteralString] = """
-SELECT enqueue_request = %(snapshot)s::jsonb FROM runledger_job_enqueue_intents WHERE id = %(id)s
-"""
+# The claim alone, for the rows' own paths after the set-based statement was undone.
+# FOR NO KEY UPDATE OF intent SKIP LOCKED locks only intent rows, so concurrent promoters split
+# the backlog and definitions stay shareable.
+PROMOTION_CLAIM: Final[LiteralString] = (
+    "SELECT intent.id, intent.ctid::text"
+    + _ELIGIBLE
+    + "LIMIT %(limit)s FOR NO KEY UPDATE OF intent SKIP LOCKED"
+)
 
-# Set-based fast path for a claimed batch: insert every job in one statement (the definition
-# rows share-locked as in the single enqueue), write their ENQUEUED events, and mark the intents
-# promoted. Rows whose key already exists insert nothing and go through the per-row path. Only
-# intents whose stored snapshot equals the one rebuilt from their columns are eligible, so
-# drifted rows also fall back to the per-row path, which defers them. Returns one row: how many
-# jobs were inserted and which intents were promoted; the caller undoes the statement when the
-# two disagree (an inserted job must never outlive an intent left PENDING). The tag leads the
-# text because pg_stat_activity keeps only the first 1 kB, and the ids and snapshots Django
-# binds client-side (inlined) push the INSERT past it.
-PROMOTE_BATCH_FAST_PATH: Final[LiteralString] = """
-/* runledger:promote_job_enqueue_intents_batch */
-WITH candidate AS (
-    SELECT intent.id AS intent_id, intent.job_type, intent.organization_id, intent.payload,
-           intent.priority, intent.max_attempts, intent.timeout_seconds, intent.next_run_at,
-           intent.idempotency_key, intent.stage, intent.enqueue_request,
-           intent.execution_resource_key, runledger_uuidv7() AS job_id
-    FROM unnest(%(intent_ids)s::uuid[]) AS batch(intent_id)
-    -- One primary-key probe per batch row (OFFSET 0 keeps it a probe): a join would let the
-    -- planner merge the batch against the whole table once statistics go stale mid-drain.
-    CROSS JOIN LATERAL (
-        SELECT * FROM runledger_job_enqueue_intents probe WHERE probe.id = batch.intent_id OFFSET 0
-    ) AS intent
-    WHERE intent.status = 'PENDING'
-      AND intent.stage = ANY(%(stages)s::text[])
-      -- The canonical request v1 rebuilt from the columns (validation.canonical_snapshot_json
-      -- in SQL): a drifted row does not match and takes the per-row path, which defers it.
-      AND intent.enqueue_request = jsonb_build_object(
-              'payload', intent.payload,
-              'priority', intent.priority,
-              'max_attempts', intent.max_attempts,
-              'timeout_seconds', intent.timeout_seconds,
-              'next_run_at', to_char(intent.next_run_at AT TIME ZONE 'UTC',
-                                     'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-              'stage', intent.stage
-          ) || CASE WHEN intent.execution_resource_key IS NULL THEN '{}'::jsonb
-                    ELSE jsonb_build_object('execution_resource_key',
-                                            intent.execution_resource_key) END
-),
-definition AS (
-    SELECT job_type, default_priority, max_attempts, default_timeout_seconds
-    FROM runledger_job_definitions
-    WHERE job_type IN (SELECT job_type FROM candidate) AND is_enabled = true
-    ORDER BY job_type
-    FOR SHARE
-),
-inserted_org AS (
+# The canonical request v1 rebuilt from a row's columns (validation.canonical_snapshot_json in
+# SQL). A row whose stored snapshot differs has drifted: the set-based statements leave it to
+# the per-row path, which defers it.
+_SNAPSHOT_V1: Final[LiteralString] = """jsonb_build_object(
+        'payload', {row}.payload,
+        'priority', {row}.priority,
+        'max_attempts', {row}.max_attempts,
+        'timeout_seconds', {row}.timeout_seconds,
+        'next_run_at', to_char({row}.next_run_at AT TIME ZONE 'UTC',
+                               'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+        'stage', {row}.stage
+      ) || CASE WHEN {row}.execution_resource_key IS NULL THEN '{}'::jsonb
+                ELSE jsonb_build_object('execution_resource_key', {row}.execution_resource_key)
+           END"""
+
+# The lifecycle transitions' SET lists (reference 4.4), shared by the per-row and set-based
+# statements; the target table is aliased "intent".
+_SET_PROMOTED: Final[LiteralString] = """
+    SET status = 'PROMOTED',
+        promotion_attempts = intent.promotion_attempts + 1,
+        last_attempted_at = now(),
+        promoted_job_id = {job},
+        promoted_at = now(),
+        conflicted_at = NULL,
+        last_error_code = NULL,
+        last_error_message = NULL"""
+
+_SET_CONFLICTED: Final[LiteralString] = """
+    SET status = 'CONFLICTED',
+        promotion_attempts = intent.promotion_attempts + 1,
+        last_attempted_at = now(),
+        promoted_job_id = NULL,
+        promoted_at = NULL,
+        conflicted_at = now(),
+        last_error_code = {code},
+        last_error_message = {message}"""
+
+_INSERT_JOBS: Final[LiteralString] = """
     INSERT INTO runledger_job_queue (
         id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
         next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key
@@ -366,27 +408,51 @@ inserted_org AS (
            COALESCE(c.timeout_seconds, d.default_timeout_seconds),
            COALESCE(c.next_run_at, now()), c.idempotency_key, c.stage, c.enqueue_request,
            c.execution_resource_key
-    FROM candidate c JOIN definition d ON d.job_type = c.job_type
+    FROM candidate c JOIN definition d ON d.job_type = c.job_type"""
+
+# The set-based pass, one statement: claim a batch, insert a job and its ENQUEUED event for
+# every intact row whose key is new (the scope's arbiter decides, as in the single enqueue; the
+# definition rows are share-locked first, in job_type order), and mark exactly the intents
+# whose job went in as promoted. Rows whose key exists, drifted rows and rows whose definition
+# went away are returned unresolved (ids and ctids, in claim order) for the pass to settle
+# set-based or on the per-row path. The caller undoes the statement when fewer intents were
+# marked than jobs inserted (an inserted job must never outlive an intent left PENDING). The
+# tag leads the text because pg_stat_activity keeps only its first 1 kB.
+_PROMOTE_BATCH: Final[LiteralString] = """
+/* runledger:promote_job_enqueue_intents_batch */
+WITH claimed AS MATERIALIZED (
+    SELECT intent.ctid AS tid, intent.id, intent.job_type, intent.organization_id,
+           intent.payload, intent.priority, intent.max_attempts, intent.timeout_seconds,
+           intent.next_run_at, intent.idempotency_key, intent.stage, intent.enqueue_request,
+           intent.execution_resource_key, intent.next_promotion_at, intent.created_at
+    {eligible}
+    LIMIT %(limit)s
+    FOR NO KEY UPDATE OF intent SKIP LOCKED
+),
+candidate AS MATERIALIZED (
+    SELECT claimed.*, runledger_uuidv7() AS job_id
+    FROM claimed
+    WHERE claimed.stage = ANY(%(stages)s::text[])
+      AND claimed.enqueue_request = {snapshot}
+),
+definition AS MATERIALIZED (
+    SELECT job_type, default_priority, max_attempts, default_timeout_seconds
+    FROM runledger_job_definitions
+    WHERE job_type = ANY(ARRAY(SELECT DISTINCT job_type FROM candidate)) AND is_enabled = true
+    ORDER BY job_type
+    FOR SHARE
+),
+inserted_org AS ({insert_jobs}
     WHERE c.organization_id IS NOT NULL
     ON CONFLICT (job_type, organization_id, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND organization_id IS NOT NULL DO NOTHING
-    RETURNING id, run_number, stage, job_type, organization_id, idempotency_key
+    RETURNING id, run_number, stage, job_type
 ),
-inserted_global AS (
-    INSERT INTO runledger_job_queue (
-        id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-        next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key
-    )
-    SELECT c.job_id, c.job_type, NULL, c.payload,
-           COALESCE(c.priority, d.default_priority), COALESCE(c.max_attempts, d.max_attempts),
-           COALESCE(c.timeout_seconds, d.default_timeout_seconds),
-           COALESCE(c.next_run_at, now()), c.idempotency_key, c.stage, c.enqueue_request,
-           c.execution_resource_key
-    FROM candidate c JOIN definition d ON d.job_type = c.job_type
+inserted_global AS ({insert_jobs}
     WHERE c.organization_id IS NULL
     ON CONFLICT (job_type, idempotency_key)
         WHERE idempotency_key IS NOT NULL AND organization_id IS NULL DO NOTHING
-    RETURNING id, run_number, stage, job_type, idempotency_key
+    RETURNING id, run_number, stage, job_type
 ),
 inserted AS (
     SELECT id, run_number, stage, job_type FROM inserted_org
@@ -398,74 +464,164 @@ event AS (
     SELECT id, run_number, 'ENQUEUED', stage, jsonb_build_object('job_type', job_type)
     FROM inserted
 ),
--- Each new job reaches its intent through the scope's unique key (the intent it was made
--- from, claimed above): an index probe per job, never a join between two CTEs whose sizes the
--- planner cannot estimate.
-promoted_org AS (
-    UPDATE runledger_job_enqueue_intents intent
-    SET status = 'PROMOTED',
-        promotion_attempts = intent.promotion_attempts + 1,
-        last_attempted_at = now(),
-        promoted_job_id = job.id,
-        promoted_at = now(),
-        conflicted_at = NULL,
-        last_error_code = NULL,
-        last_error_message = NULL
-    FROM inserted_org job
-    WHERE intent.job_type = job.job_type AND intent.organization_id = job.organization_id
-      AND intent.idempotency_key = job.idempotency_key AND intent.status = 'PENDING'
+linked AS MATERIALIZED (
+    SELECT candidate.tid, candidate.job_id
+    FROM candidate JOIN inserted ON inserted.id = candidate.job_id
+),
+promoted AS (
+    UPDATE runledger_job_enqueue_intents intent{set_promoted}
+    FROM linked
+    WHERE intent.ctid = ANY(ARRAY(SELECT tid FROM linked)) AND intent.ctid = linked.tid
     RETURNING intent.id
 ),
-promoted_global AS (
-    UPDATE runledger_job_enqueue_intents intent
-    SET status = 'PROMOTED',
-        promotion_attempts = intent.promotion_attempts + 1,
-        last_attempted_at = now(),
-        promoted_job_id = job.id,
-        promoted_at = now(),
-        conflicted_at = NULL,
-        last_error_code = NULL,
-        last_error_message = NULL
-    FROM inserted_global job
-    WHERE intent.job_type = job.job_type AND intent.organization_id IS NULL
-      AND intent.idempotency_key = job.idempotency_key AND intent.status = 'PENDING'
-    RETURNING intent.id
+unresolved AS MATERIALIZED (
+    SELECT claimed.id, claimed.tid, claimed.next_promotion_at, claimed.created_at
+    FROM claimed LEFT JOIN linked ON linked.tid = claimed.tid
+    WHERE linked.tid IS NULL
 )
-SELECT (SELECT count(*) FROM inserted) AS inserted_count,
-       ARRAY(SELECT id FROM promoted_org UNION ALL SELECT id FROM promoted_global) AS promoted_ids
+SELECT (SELECT count(*) FROM claimed) AS claimed,
+       (SELECT count(*) FROM inserted) AS inserted,
+       (SELECT count(*) FROM promoted) AS promoted,
+       (SELECT array_agg(id ORDER BY next_promotion_at, created_at, id) FROM unresolved),
+       (SELECT array_agg(tid::text ORDER BY next_promotion_at, created_at, id) FROM unresolved)
 """
+
+PROMOTE_BATCH: Final[LiteralString] = (
+    _PROMOTE_BATCH.replace("{eligible}", _ELIGIBLE)
+    .replace("{snapshot}", _SNAPSHOT_V1.replace("{row}", "claimed"))
+    .replace("{insert_jobs}", _INSERT_JOBS)
+    .replace("{set_promoted}", _SET_PROMOTED.replace("{job}", "linked.job_id"))
+)
+
+# Set-based resolution of claimed rows whose key already has a job, for more of them than the
+# per-row path takes in one pass: an identical request converges on the existing job, a
+# different one (or a legacy job without a snapshot) conflicts, as the per-row path decides
+# them. The rows are read by ctid with no other condition (a status condition would let the
+# planner consider scanning a partial pending index instead); each job is found by its unique
+# key and locked FOR NO KEY UPDATE like the single enqueue's lookup, SKIP LOCKED so a job
+# another session holds is left to the per-row path, which waits for it within the 5 s lock
+# budget. Drifted rows and rows without an existing job are left too. Returns the ids that
+# converged, and the ids that conflicted with their codes (for the warning log).
+_CONVERGE_BATCH: Final[LiteralString] = """
+/* runledger:converge_job_enqueue_intents_batch */
+WITH held AS MATERIALIZED (
+    SELECT intent.ctid AS tid, intent.id, intent.job_type, intent.organization_id,
+           intent.payload, intent.priority, intent.max_attempts, intent.timeout_seconds,
+           intent.next_run_at, intent.idempotency_key, intent.stage, intent.enqueue_request,
+           intent.execution_resource_key, intent.status
+    FROM runledger_job_enqueue_intents intent
+    WHERE intent.ctid = ANY(%(tids)s::tid[])
+),
+pending AS MATERIALIZED (
+    SELECT held.* FROM held
+    WHERE held.status = 'PENDING'
+      AND held.stage = ANY(%(stages)s::text[])
+      AND held.enqueue_request = {snapshot}
+),
+decided AS MATERIALIZED (
+    SELECT p.tid, COALESCE(org_job.id, global_job.id) AS job_id,
+           CASE WHEN COALESCE(org_job.enqueue_request, global_job.enqueue_request) IS NULL
+                    THEN %(legacy_code)s
+                WHEN COALESCE(org_job.enqueue_request, global_job.enqueue_request)
+                    = p.enqueue_request THEN NULL
+                ELSE %(conflict_code)s END AS code
+    FROM pending p
+    LEFT JOIN LATERAL (
+        SELECT job.id, job.enqueue_request FROM runledger_job_queue job
+        WHERE{org_job}
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS org_job ON true
+    LEFT JOIN LATERAL (
+        SELECT job.id, job.enqueue_request FROM runledger_job_queue job
+        WHERE p.organization_id IS NULL AND{global_job}
+        FOR NO KEY UPDATE SKIP LOCKED
+    ) AS global_job ON true
+    WHERE COALESCE(org_job.id, global_job.id) IS NOT NULL
+),
+converged AS (
+    UPDATE runledger_job_enqueue_intents intent{set_promoted}
+    FROM decided
+    WHERE intent.ctid = ANY(ARRAY(SELECT tid FROM decided WHERE code IS NULL))
+      AND intent.ctid = decided.tid AND decided.code IS NULL
+    RETURNING intent.id
+),
+conflicted AS (
+    UPDATE runledger_job_enqueue_intents intent{set_conflicted}
+    FROM decided
+    WHERE intent.ctid = ANY(ARRAY(SELECT tid FROM decided WHERE code IS NOT NULL))
+      AND intent.ctid = decided.tid AND decided.code IS NOT NULL
+    RETURNING intent.id, intent.last_error_code
+)
+SELECT ARRAY(SELECT id FROM converged) AS converged,
+       ARRAY(SELECT id FROM conflicted) AS conflicted,
+       ARRAY(SELECT last_error_code FROM conflicted) AS codes
+"""
+
+CONVERGE_BATCH: Final[LiteralString] = (
+    _CONVERGE_BATCH.replace("{snapshot}", _SNAPSHOT_V1.replace("{row}", "held"))
+    .replace(
+        "{org_job}",
+        _JOB_BY_KEY_ORG.replace("{job_type}", "p.job_type")
+        .replace("{organization_id}", "p.organization_id")
+        .replace("{key}", "p.idempotency_key"),
+    )
+    .replace(
+        "{global_job}",
+        _JOB_BY_KEY_GLOBAL.replace("{job_type}", "p.job_type").replace(
+            "{key}", "p.idempotency_key"
+        ),
+    )
+    .replace("{set_promoted}", _SET_PROMOTED.replace("{job}", "decided.job_id"))
+    .replace(
+        "{set_conflicted}",
+        _SET_CONFLICTED.replace("{code}", "decided.code").replace(
+            "{message}",
+            "CASE decided.code WHEN %(legacy_code)s THEN %(legacy_message)s"
+            " ELSE %(conflict_message)s END",
+        ),
+    )
+)
+
+# The claimed rows the per-row path decodes, by ctid.
+PROMOTION_FALLBACK_ROWS: Final[LiteralString] = """
+SELECT id, ctid::text, job_type, organization_id, payload::text AS payload, priority,
+       max_attempts, timeout_seconds, next_run_at, idempotency_key, stage,
+       execution_resource_key, enqueue_request::text AS enqueue_request
+FROM runledger_job_enqueue_intents
+WHERE ctid = ANY(%(tids)s::tid[])
+"""
+
+# A claimed row by its ctid, its id as a guard.
+_HELD_ROW: Final[LiteralString] = "{row}.ctid = %(tid)s::tid AND {row}.id = %(id)s"
+
+# Snapshot drift check: the stored snapshot against the one recomputed from the columns.
+INTENT_SNAPSHOT_MATCHES: Final[LiteralString] = """
+SELECT intent.enqueue_request = %(snapshot)s::jsonb FROM runledger_job_enqueue_intents intent
+WHERE {held}
+""".replace("{held}", _HELD_ROW.replace("{row}", "intent"))
 
 # Lifecycle transitions; each must touch exactly one PENDING row.
-MARK_PROMOTED: Final[LiteralString] = """
-UPDATE runledger_job_enqueue_intents
-SET status = 'PROMOTED',
-    promotion_attempts = promotion_attempts + 1,
-    last_attempted_at = now(),
-    promoted_job_id = %(job_id)s,
-    promoted_at = now(),
-    conflicted_at = NULL,
-    last_error_code = NULL,
-    last_error_message = NULL
-WHERE id = %(id)s AND status = 'PENDING'
-"""
+_ONE_PENDING: Final[LiteralString] = "\nWHERE {held} AND intent.status = 'PENDING'\n".replace(
+    "{held}", _HELD_ROW.replace("{row}", "intent")
+)
 
-MARK_CONFLICTED: Final[LiteralString] = """
-UPDATE runledger_job_enqueue_intents
-SET status = 'CONFLICTED',
-    promotion_attempts = promotion_attempts + 1,
-    last_attempted_at = now(),
-    promoted_job_id = NULL,
-    promoted_at = NULL,
-    conflicted_at = now(),
-    last_error_code = %(code)s,
-    last_error_message = %(message)s
-WHERE id = %(id)s AND status = 'PENDING'
-"""
+MARK_PROMOTED: Final[LiteralString] = (
+    "UPDATE runledger_job_enqueue_intents intent"
+    + _SET_PROMOTED.replace("{job}", "%(job_id)s")
+    + _ONE_PENDING
+)
+
+MARK_CONFLICTED: Final[LiteralString] = (
+    "UPDATE runledger_job_enqueue_intents intent"
+    + _SET_CONFLICTED.replace("{code}", "%(code)s").replace("{message}", "%(message)s")
+    + _ONE_PENDING
+)
 
 # Jittered, capped exponential backoff computed from the *old* attempt count; now() is the
 # transaction start, so next_promotion_at - last_attempted_at is exactly base + jitter.
-MARK_RETRY_DEFERRED: Final[LiteralString] = """
-UPDATE runledger_job_enqueue_intents
+MARK_RETRY_DEFERRED: Final[LiteralString] = (
+    """
+UPDATE runledger_job_enqueue_intents intent
 SET promotion_attempts = promotion_attempts + 1,
     last_attempted_at = now(),
     last_error_code = %(code)s,
@@ -474,23 +630,28 @@ SET promotion_attempts = promotion_attempts + 1,
         + LEAST(interval '4 minutes',
                 interval '1 second' * power(2.0, LEAST(promotion_attempts, 9)::double precision))
         + random() * LEAST(interval '1 minute',
-                interval '0.25 seconds' * power(2.0, LEAST(promotion_attempts, 9)::double precision))
-WHERE id = %(id)s AND status = 'PENDING'
-"""
+                interval '0.25 seconds' * power(2.0, LEAST(promotion_attempts, 9)::double precision))"""
+    + _ONE_PENDING
+)
 
 # --- retention -----------------------------------------------------------------------------
+#
+# Retention pins the planner like promotion does (PIN_PLANNER / RESTORE_PLANNER: it runs in
+# the caller's transaction, whose settings it puts back), so a batch is found by key or by an
+# ordered walk whatever the statistics say, and deleted by ctid (a TID scan).
 
-# Cutoff cleanup: one bounded autocommit statement; SKIP LOCKED passes over rows that duplicate
-# recorders hold FOR KEY SHARE.
+# Cutoff cleanup: one bounded statement. The subquery walks
+# idx_job_enqueue_intents_promoted_cleanup in (promoted_at, id) order, the order it keeps;
+# SKIP LOCKED passes over rows that duplicate recorders hold FOR KEY SHARE.
 DELETE_PROMOTED_BEFORE: Final[LiteralString] = """
 DELETE FROM runledger_job_enqueue_intents
-WHERE id IN (
-    SELECT id FROM runledger_job_enqueue_intents
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM runledger_job_enqueue_intents
     WHERE status = 'PROMOTED' AND promoted_at < %(cutoff)s
     ORDER BY promoted_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
+))
 """
 
 COUNT_PROMOTED_BEFORE: Final[LiteralString] = """
@@ -498,10 +659,21 @@ SELECT count(*) FROM runledger_job_enqueue_intents
 WHERE status = 'PROMOTED' AND promoted_at < %(cutoff)s
 """
 
-# Exact-ID cleanup: intents first (the recorder's intent-before-job order) ...
+# Exact-ID cleanup: intents first (the recorder's intent-before-job order), found through
+# idx_job_enqueue_intents_promoted_job, the only index that holds promoted_job_id. The status
+# check applies to the rows found (a MATERIALIZED CTE keeps it out of the scan, where it would
+# let the planner read idx_job_enqueue_intents_promoted_cleanup, every promoted intent, instead).
+# The DELETE waits for row locks (a duplicate recorder's FOR KEY SHARE) within the caller's
+# lock_timeout.
 DELETE_PROMOTED_FOR_JOBS: Final[LiteralString] = """
 DELETE FROM runledger_job_enqueue_intents
-WHERE status = 'PROMOTED' AND promoted_job_id = ANY(%(job_ids)s::uuid[])
+WHERE ctid = ANY(ARRAY(
+    WITH found AS MATERIALIZED (
+        SELECT ctid, status FROM runledger_job_enqueue_intents
+        WHERE promoted_job_id = ANY(%(job_ids)s::uuid[])
+    )
+    SELECT ctid FROM found WHERE status = 'PROMOTED'
+))
 """
 
 # ... then the jobs, locked in id order so concurrent retention transactions cannot deadlock.

@@ -1,9 +1,10 @@
 """Promotion: pending intents become ordinary jobs, exactly once per key (reference 4.4).
 
-A pass claims eligible intents with SKIP LOCKED under the shared retention fence, inserts the
-batch's jobs in one set-based statement, and sends every row that did not insert cleanly
-(existing key, drift, disabled definition, a failing trigger) through the per-row path of the
-reference: one savepoint per row, at most 24 of them per pass.
+A pass pins the planner, takes the shared retention fence, then claims a batch and inserts its
+jobs in one set-based statement. Rows whose key already has a job converge (or conflict)
+set-based when there are more of them than the per-row path takes; every other row that did not
+insert cleanly (drift, a disabled definition, a failing trigger) goes through the per-row path
+of the reference: one savepoint per row, at most 24 of them per pass.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from django.db import DatabaseError, connections, transaction
@@ -32,7 +33,7 @@ from ..db.transaction import (
     owned_read_committed,
 )
 from ..domain import PROMOTION_BATCH_LIMIT_MAX, EnqueueRequest, PromotionReport
-from ..errors import Code, RunledgerError
+from ..errors import CATALOG, Code, RunledgerError
 from ..validation import (
     STAGES,
     canonical_snapshot_json,
@@ -44,10 +45,13 @@ from ..validation import (
 )
 from ._owned import commit_unconfirmed
 from .enqueue import DefinitionUnavailable, EnqueueConflict, Enqueued, enqueue_from_intent
+from .outage import Outage
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_USING = "default"
+STAGE_VALUES = sorted(STAGES)
+"""The stages a persisted row may carry; others are terminal conflicts on the per-row path."""
 TRANSACTION_BUDGET_MS = 25_000
 """Total lifetime of a pass; below retention's 30 s fence wait (reference 4.5 liveness order)."""
 LOCK_TIMEOUT_MS = 5_000
@@ -100,8 +104,8 @@ def promote_intents(
     """Run one promotion pass over ``job_types``.
 
     Transaction: owns its transaction (READ COMMITTED, 25 s total, 5 s lock waits) and refuses
-    to run inside an atomic block. A pass that finds nothing eligible runs one non-locking query
-    and takes no transaction and no fence.
+    to run inside an atomic block. A pass that finds nothing eligible locks nothing and never
+    takes the retention fence, so it does not wait for retention.
 
     Args:
         job_types: the allow-list; a promoter should only promote types its workers run.
@@ -127,16 +131,11 @@ def promote_intents(
             Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION,
             "promote_intents was called inside an atomic block",
         )
-    with connection.cursor() as cursor:
-        row = execute(
-            cursor,
-            queries.PROMOTION_HAS_ELIGIBLE,
-            {"job_types": types},
-            context="check eligible job enqueue intents",
-        ).fetchone()
-    if not (row and row[0]):
-        return PromotionReport()
-    return _Pass(using, types, page.limit).run()
+    try:
+        server_side = server_has_transaction_timeout(using)
+    except DatabaseError as exc:  # connecting happens outside execute()
+        raise classify(exc, "check eligible job enqueue intents") from exc
+    return _Pass(using, types, page.limit, server_side=server_side).run()
 
 
 def server_has_transaction_timeout(using: str) -> bool:
@@ -187,14 +186,28 @@ def _budget_exhausted(detail: str) -> RunledgerError:
 
 
 class _FastPathMismatchError(Exception):
-    """The set-based statement inserted jobs it could not link; roll its savepoint back."""
+    """The set-based statement marked fewer intents than it inserted jobs; undo it."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A claimed row: its id, and its ctid, valid while the pass holds the row lock."""
+
+    intent_id: uuid.UUID
+    tid: str
 
 
 @dataclass
 class _Candidate:
     intent_id: uuid.UUID
+    tid: str
     request: EnqueueRequest | None
     invalid: RunledgerError | None
+
+    @property
+    def row_key(self) -> dict[str, Any]:
+        """The statement parameters that reach this claimed row (its ctid, its id as a guard)."""
+        return {"tid": self.tid, "id": self.intent_id}
 
 
 @dataclass
@@ -205,7 +218,6 @@ class _Counts:
     definition_became_unavailable: int = 0
     retry_deferred: int = 0
     batch_was_full: bool = False
-    promoted: set[uuid.UUID] = field(default_factory=set)
 
     def report(self) -> PromotionReport:
         return PromotionReport(
@@ -220,22 +232,22 @@ class _Counts:
 
 
 class _Pass:
-    def __init__(self, using: str, job_types: list[str], limit: int) -> None:
+    def __init__(self, using: str, job_types: list[str], limit: int, *, server_side: bool) -> None:
         self.using = using
         self.job_types = job_types
         self.limit = limit
+        self.server_side = server_side
         self.counts = _Counts()
         self.budget: _Budget | None = None
 
     def run(self) -> PromotionReport:
-        server_side = server_has_transaction_timeout(self.using)
-        if not server_side:
+        if not self.server_side:
             self.budget = _Budget(deadline=time.monotonic() + TRANSACTION_BUDGET_MS / 1000)
         body_done = False
         try:
             # The budget wrapper starts after SET TRANSACTION, which must come first.
             with owned_read_committed(self.using) as cursor, self._budget_wrapper():
-                self._critical_section(cursor, server_side)
+                self._critical_section(cursor)
                 body_done = True
         except DatabaseError as exc:
             if body_done:
@@ -298,64 +310,108 @@ class _Pass:
             extra={"runledger": error.log_fields()},
         )
 
-    def _critical_section(self, cursor: CursorWrapper, server_side: bool) -> None:
-        if server_side:
+    def _critical_section(self, cursor: CursorWrapper) -> None:
+        if self.server_side:
             cap_transaction_timeout(cursor, TRANSACTION_BUDGET_MS)
         cap_timeout(cursor, LOCK_TIMEOUT, LOCK_TIMEOUT_MS)
+        execute(cursor, queries.PROMOTION_PLANNER_SETTINGS, None, context="pin promotion plans")
+        eligible = execute(
+            cursor,
+            queries.PROMOTION_HAS_ELIGIBLE,
+            {"job_types": self.job_types},
+            context="check eligible job enqueue intents",
+        ).fetchone()
+        if eligible is None:
+            return  # idle: nothing locked, the fence never taken
         execute(cursor, queries.LOCK_PROMOTION_FENCE, None, context="take promotion fence")
-        claimed = [
-            row[0]
-            for row in execute(
-                cursor,
-                queries.PROMOTION_CLAIM,
-                {"job_types": self.job_types, "limit": self.limit},
-                context="claim job enqueue intents",
-            ).fetchall()
-        ]
-        self.counts.batch_was_full = len(claimed) == self.limit
-        if not claimed:
-            return
-        self._promote_set_based(cursor, claimed)
-        fallback = [intent_id for intent_id in claimed if intent_id not in self.counts.promoted]
-        if len(fallback) > PROMOTION_BATCH_LIMIT_MAX:
+        unresolved = self._promote_set_based(cursor)
+        if unresolved is None:
+            # The statement was undone with its claim: claim again for the rows' own paths.
+            unresolved = [
+                _Held(intent_id, tid)
+                for intent_id, tid in execute(
+                    cursor,
+                    queries.PROMOTION_CLAIM,
+                    {"job_types": self.job_types, "limit": self.limit},
+                    context="claim job enqueue intents",
+                ).fetchall()
+            ]
+            self.counts.batch_was_full = len(unresolved) == self.limit
+        if len(unresolved) > PROMOTION_BATCH_LIMIT_MAX:
+            unresolved = self._converge_set_based(cursor, unresolved)
+        if len(unresolved) > PROMOTION_BATCH_LIMIT_MAX:
             self.counts.batch_was_full = True
-        fallback = fallback[:PROMOTION_BATCH_LIMIT_MAX]
+        fallback = unresolved[:PROMOTION_BATCH_LIMIT_MAX]
         if not fallback:
             return
         rows = execute(
             cursor,
             queries.PROMOTION_FALLBACK_ROWS,
-            {"ids": fallback},
+            {"tids": [held.tid for held in fallback]},
             context="read claimed job enqueue intents",
         ).fetchall()
         by_id = {row[0]: row for row in rows}
-        for intent_id in fallback:  # in claim order
-            self._promote_one(cursor, _decode(by_id[intent_id]))
+        for held in fallback:  # in claim order
+            self._promote_one(cursor, _decode(by_id[held.intent_id]))
 
-    def _promote_set_based(self, cursor: CursorWrapper, claimed: list[uuid.UUID]) -> None:
-        """Insert the jobs of every claimed row that can promote cleanly in one statement."""
-        params = {"intent_ids": claimed, "stages": sorted(STAGES)}
+    def _promote_set_based(self, cursor: CursorWrapper) -> list[_Held] | None:
+        """Claim a batch and promote every row that inserts cleanly, in one statement.
+
+        Returns the claimed rows left unresolved, in claim order, or None when the statement
+        was undone (its claim with it): a failing row, or an intent left PENDING beside its
+        inserted job (say a trigger skipped the update), sends the batch to the rows' own paths,
+        where each failing row's job rolls back alone.
+        """
+        params = {"job_types": self.job_types, "limit": self.limit, "stages": STAGE_VALUES}
         try:
             with transaction.atomic(using=self.using):
                 row = execute(
-                    cursor,
-                    queries.PROMOTE_BATCH_FAST_PATH,
-                    params,
-                    context="promote job enqueue intents",
+                    cursor, queries.PROMOTE_BATCH, params, context="promote job enqueue intents"
                 ).fetchone()
-                inserted_count, promoted_ids = row if row else (0, [])
-                if inserted_count != len(promoted_ids):
-                    # A job without its promoted intent (say a trigger skipped the update):
-                    # undo the batch so the per-row path rolls back each failing row's job.
+                claimed, inserted, promoted, ids, tids = row
+                if promoted != inserted:
                     raise _FastPathMismatchError
         except _FastPathMismatchError:
-            return
+            return None
         except RunledgerError as error:
             self._propagate_if_fatal(error)
-            return  # every row goes through the per-row path, which isolates the culprit
-        promoted = set(promoted_ids)
-        self.counts.promoted |= promoted
-        self.counts.inserted_jobs += len(promoted)
+            return None
+        self.counts.batch_was_full = claimed == self.limit
+        self.counts.inserted_jobs += promoted
+        return [_Held(intent_id, tid) for intent_id, tid in zip(ids or (), tids or (), strict=True)]
+
+    def _converge_set_based(self, cursor: CursorWrapper, unresolved: list[_Held]) -> list[_Held]:
+        """Settle, in one statement, the rows whose key already has a job; return the rest.
+
+        Only for more rows than the per-row path takes in one pass: a burst of identical
+        direct enqueues would otherwise converge 24 rows a pass. Fewer rows keep the per-row
+        path and its row-by-row lock order.
+        """
+        params = {
+            "tids": [held.tid for held in unresolved],
+            "stages": STAGE_VALUES,
+            "conflict_code": Code.IDEMPOTENCY_CONFLICT,
+            "conflict_message": CATALOG[Code.IDEMPOTENCY_CONFLICT][1],
+            "legacy_code": Code.LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING,
+            "legacy_message": CATALOG[Code.LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING][1],
+        }
+        try:
+            with transaction.atomic(using=self.using):
+                converged, conflicted, codes = execute(
+                    cursor,
+                    queries.CONVERGE_BATCH,
+                    params,
+                    context="converge job enqueue intents",
+                ).fetchone()
+        except RunledgerError as error:
+            self._propagate_if_fatal(error)
+            return unresolved
+        self.counts.existing_jobs += len(converged)
+        self.counts.conflicted += len(conflicted)
+        for intent_id, code in zip(conflicted, codes, strict=True):
+            _warn(intent_id, code, None, "conflicted")
+        settled = {*converged, *conflicted}
+        return [held for held in unresolved if held.intent_id not in settled]
 
     def _propagate_if_fatal(self, error: RunledgerError) -> FailureAction:
         cause = error.__cause__
@@ -380,13 +436,13 @@ class _Pass:
                     self._transition(
                         cursor,
                         queries.MARK_PROMOTED,
-                        {"id": candidate.intent_id, "job_id": resolution.outcome.job_id},
+                        {**candidate.row_key, "job_id": resolution.outcome.job_id},
                     )
         except RunledgerError as error:
             if self._propagate_if_fatal(error) == "conflicted":
-                self._mark_conflicted(cursor, candidate.intent_id, error.code, error)
+                self._mark_conflicted(cursor, candidate, error)
             else:
-                self._mark_deferred(cursor, candidate.intent_id, error)
+                self._mark_deferred(cursor, candidate, error)
             return
         if isinstance(resolution, Enqueued):
             if resolution.outcome.disposition == "inserted":
@@ -402,7 +458,7 @@ class _Pass:
                 cursor,
                 queries.MARK_CONFLICTED,
                 {
-                    "id": candidate.intent_id,
+                    **candidate.row_key,
                     "code": resolution.code,
                     "message": resolution.client_message,
                 },
@@ -415,7 +471,7 @@ class _Pass:
         row = execute(
             cursor,
             queries.INTENT_SNAPSHOT_MATCHES,
-            {"id": candidate.intent_id, "snapshot": candidate.request.snapshot_json},
+            {**candidate.row_key, "snapshot": candidate.request.snapshot_json},
             context="compare job enqueue intent snapshot",
         ).fetchone()
         if not (row and row[0]):
@@ -425,26 +481,26 @@ class _Pass:
             )
 
     def _mark_conflicted(
-        self, cursor: CursorWrapper, intent_id: uuid.UUID, code: str, error: RunledgerError
+        self, cursor: CursorWrapper, candidate: _Candidate, error: RunledgerError
     ) -> None:
         self._transition(
             cursor,
             queries.MARK_CONFLICTED,
-            {"id": intent_id, "code": code, "message": error.client_message},
+            {**candidate.row_key, "code": error.code, "message": error.client_message},
         )
         self.counts.conflicted += 1
-        _warn(intent_id, error.code, error, "conflicted")
+        _warn(candidate.intent_id, error.code, error, "conflicted")
 
     def _mark_deferred(
-        self, cursor: CursorWrapper, intent_id: uuid.UUID, error: RunledgerError
+        self, cursor: CursorWrapper, candidate: _Candidate, error: RunledgerError
     ) -> None:
         self._transition(
             cursor,
             queries.MARK_RETRY_DEFERRED,
-            {"id": intent_id, "code": error.code, "message": error.client_message},
+            {**candidate.row_key, "code": error.code, "message": error.client_message},
         )
         self.counts.retry_deferred += 1
-        _warn(intent_id, error.code, error, "retry_deferred")
+        _warn(candidate.intent_id, error.code, error, "retry_deferred")
 
     @staticmethod
     def _transition(cursor: CursorWrapper, sql: str, params: dict[str, Any]) -> None:
@@ -477,6 +533,7 @@ def _decode(row: tuple[Any, ...]) -> _Candidate:
     """Rebuild the enqueue request from a claimed row's columns (reference 4.4 step 9a)."""
     (
         intent_id,
+        tid,
         job_type,
         organization_id,
         payload_text,
@@ -503,10 +560,11 @@ def _decode(row: tuple[Any, ...]) -> _Candidate:
             execution_resource_key=resource_key,
         )
     except RunledgerError as error:
-        return _Candidate(intent_id=intent_id, request=None, invalid=error)
+        return _Candidate(intent_id=intent_id, tid=tid, request=None, invalid=error)
     except (TypeError, ValueError):
         return _Candidate(
             intent_id=intent_id,
+            tid=tid,
             request=None,
             invalid=RunledgerError.for_code(
                 Code.ENQUEUE_REQUEST_SNAPSHOT_FAILED, f"intent {intent_id} snapshot failed"
@@ -525,7 +583,7 @@ def _decode(row: tuple[Any, ...]) -> _Candidate:
         execution_resource_key=resource_key,
         snapshot_json=snapshot,
     )
-    return _Candidate(intent_id=intent_id, request=request, invalid=None)
+    return _Candidate(intent_id=intent_id, tid=tid, request=request, invalid=None)
 
 
 def run_promoter(
@@ -536,13 +594,16 @@ def run_promoter(
     stop: threading.Event,
     loop: bool,
     on_pass: Callable[[PromotionReport], None] | None = None,
+    outage_limit: float = 300.0,
     using: str = DEFAULT_USING,
 ) -> int:
     """Drain (``loop=False``) or keep promoting until ``stop`` is set; return passes run.
 
     Full batches are drained back to back without waiting. A stop request never interrupts a
-    pass: it commits or rolls back first. In loop mode a failed pass is logged and retried
-    after ``interval``; in drain mode it raises.
+    pass: it commits or rolls back first. In drain mode a failed pass raises. In loop mode a
+    failed pass is retried with capped, jittered backoff; an unreachable database is logged
+    once per outage, and past ``outage_limit`` seconds of it the loop raises
+    ``OutageLimitExceededError`` so a supervisor restarts the process.
     """
     connection = connections[using]
     if connection.in_atomic_block:
@@ -551,6 +612,7 @@ def run_promoter(
             Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION,
             "run_promoter was called inside an atomic block",
         )
+    outage = Outage(limit_seconds=outage_limit, logger=logger, what="promoter")
     passes = 0
     while not stop.is_set():
         # A long-running promoter outlives CONN_MAX_AGE and server restarts: reconnect as a
@@ -561,13 +623,9 @@ def run_promoter(
         except RunledgerError as error:
             if not loop:
                 raise
-            logger.warning(
-                "job enqueue intent promotion failed error_code=%s",
-                error.code,
-                extra={"runledger": error.log_fields()},
-            )
-            stop.wait(interval)
+            stop.wait(max(interval, outage.failed(error)))
             continue
+        outage.succeeded()
         passes += 1
         if on_pass is not None:
             on_pass(report)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, nullcontext
 
-from django.db import connections
+from django.db import connections, transaction
+from django.db.backends.utils import CursorWrapper
 
 from ..db import queries
 from ..db.transaction import (
@@ -29,6 +31,15 @@ STATEMENT_TIMEOUT_MS = 35_000
 FENCE_WAIT_MS = 30_000
 """Longer than a promotion pass's 25 s budget, so a fence wait outlasts any pass in flight."""
 ROW_LOCK_TIMEOUT_MS = 5_000
+PLANNER_SETTINGS = (
+    "enable_sort",
+    "enable_seqscan",
+    "enable_bitmapscan",
+    "enable_nestloop",
+    "enable_mergejoin",
+    "jit",
+)
+"""The settings PIN_PLANNER returns first, in its order (and RESTORE_PLANNER's parameters)."""
 
 
 def delete_promoted_intents_before(
@@ -36,8 +47,9 @@ def delete_promoted_intents_before(
 ) -> int:
     """Delete up to ``limit`` intents promoted before ``cutoff``; return how many went.
 
-    One bounded statement (its own transaction outside an atomic block). Rows that duplicate
-    recorders hold are skipped, not waited for. Not coordinated with queue retention: deleting
+    One bounded statement (in its own transaction outside an atomic block), under the planner
+    settings of a promotion pass so that it walks the oldest promotions whatever the statistics
+    say. Rows that duplicate recorders hold are skipped, not waited for. Not coordinated with queue retention: deleting
     an intent removes the foreign-key fence of its job.
 
     Raises:
@@ -46,13 +58,32 @@ def delete_promoted_intents_before(
     """
     page = validate_page(limit, 0)
     checked_cutoff = aware_utc(cutoff, Code.INVALID_ARGUMENT, "cutoff")
-    with connections[using].cursor() as cursor:
-        return execute(  # type: ignore[no-any-return]
-            cursor,
-            queries.DELETE_PROMOTED_BEFORE,
-            {"cutoff": checked_cutoff, "limit": page.limit},
-            context="delete promoted job enqueue intents",
-        ).rowcount
+    connection = connections[using]
+    # In autocommit mode the pinned settings need a transaction to last past their statement.
+    owned = connection.get_autocommit()
+    with transaction.atomic(using=using) if owned else nullcontext(), connection.cursor() as cursor:
+        with pinned_planner(cursor, restore=not owned):
+            deleted = execute(
+                cursor,
+                queries.DELETE_PROMOTED_BEFORE,
+                {"cutoff": checked_cutoff, "limit": page.limit},
+                context="delete promoted job enqueue intents",
+            ).rowcount
+    return int(deleted)
+
+
+@contextmanager
+def pinned_planner(cursor: CursorWrapper, *, restore: bool) -> Iterator[None]:
+    """Pin the planner as a promotion pass does (db.queries.PIN_PLANNER) for the statements in
+    the block, then put the transaction's own settings back when ``restore``.
+
+    A statement that fails aborts the transaction, which reverts the settings with it.
+    """
+    row = execute(cursor, queries.PIN_PLANNER, None, context="pin retention plans").fetchone()
+    yield
+    if restore and row is not None:
+        previous = dict(zip(PLANNER_SETTINGS, row[: len(PLANNER_SETTINGS)], strict=True))
+        execute(cursor, queries.RESTORE_PLANNER, previous, context="restore planner settings")
 
 
 def count_promoted_intents_before(cutoff: dt.datetime, *, using: str = DEFAULT_USING) -> int:
@@ -125,13 +156,14 @@ def delete_promoted_intents_for_jobs(
         previous_lock = cap_timeout(cursor, LOCK_TIMEOUT, FENCE_WAIT_MS)
         execute(cursor, queries.LOCK_RETENTION_FENCE, None, context="take retention fence")
         cap_timeout(cursor, LOCK_TIMEOUT, ROW_LOCK_TIMEOUT_MS)
-        deleted = execute(
-            cursor,
-            queries.DELETE_PROMOTED_FOR_JOBS,
-            params,
-            context="delete promoted job enqueue intents for jobs",
-        ).rowcount
-        execute(cursor, queries.LOCK_JOBS_IN_ID_ORDER, params, context="lock retained jobs")
+        with pinned_planner(cursor, restore=True):
+            deleted = execute(
+                cursor,
+                queries.DELETE_PROMOTED_FOR_JOBS,
+                params,
+                context="delete promoted job enqueue intents for jobs",
+            ).rowcount
+            execute(cursor, queries.LOCK_JOBS_IN_ID_ORDER, params, context="lock retained jobs")
         restore_setting(cursor, LOCK_TIMEOUT, previous_lock)
         restore_setting(cursor, STATEMENT_TIMEOUT, previous_statement)
     return int(deleted)

@@ -159,13 +159,13 @@ def test_promote_intents__duplicate_recorder_holds_key_share__promotion_does_not
 
 
 def wait_for_definition_share_lock(observer: Observer) -> None:
-    """Wait until the pass's job insert waits for the definition row's writer.
+    """Wait until the set-based statement waits for the definition row's writer (its share
+    lock on the definitions, taken before any job is inserted).
 
-    The set-based statement is found by its tag: pg_stat_activity keeps only the first 1 kB of
-    the text, and Django inlines the batch's ids and snapshots ahead of its INSERT.
+    The statement is found by its tag: pg_stat_activity keeps only the first 1 kB of the text.
     """
     waiting = wait_for_lock_wait(observer, "runledger:promote_job_enqueue_intents_batch")
-    assert "INSERT INTO runledger_job_queue" in queries.PROMOTE_BATCH_FAST_PATH
+    assert "FOR SHARE" in queries.PROMOTE_BATCH
     rows = observer.execute(
         "SELECT relation::regclass::text FROM pg_locks WHERE pid = %s AND locktype = 'tuple'",
         [waiting["pid"]],
@@ -278,6 +278,33 @@ def test_promote_intents__row_lock_wait__bounded_and_releases_the_retention_fenc
     assert JobEnqueueIntent.objects.get(id=intent_id).last_error_message == (
         "Database operation failed."
     )
+
+
+@pytest.mark.slow
+def test_promote_intents__burst_with_one_job_held__others_settle_set_based_held_one_deferred(
+    make_definition: MakeDefinition, open_session: OpenSession
+) -> None:
+    """The set-based settle skips a job another session holds; the per-row path then waits
+    for it within the 5 s lock budget and defers its intent, as for a single row."""
+    make_definition()
+    jobs = [enqueue_job(TYPE, {"key": f"b{n}"}, idempotency_key=f"b{n}").job_id for n in range(30)]
+    intents = [record(f"b{n}") for n in range(30)]
+    blocker = open_session(autocommit=False)
+    blocker.execute("SELECT id FROM runledger_job_queue WHERE id = %s FOR UPDATE", [jobs[7]])
+
+    report, seconds = timed(promote_intents, [TYPE], limit=1000)
+    blocker.rollback()
+
+    assert isinstance(report, PromotionReport)
+    assert report.to_dict() == {
+        **PromotionReport().to_dict(),
+        "existing_jobs": 29,
+        "retry_deferred": 1,
+        "total_promoted": 29,
+    }
+    assert 4 <= seconds < 7
+    assert intent_values(intents[7])["last_error_code"] == "db.query_failed"
+    assert {intent_values(i)["status"] for i in intents[:7] + intents[8:]} == {"PROMOTED"}
 
 
 # --- a lost session aborts the pass instead of deferring rows --------------------------------------

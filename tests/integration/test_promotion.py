@@ -294,8 +294,9 @@ def test_promote_intents__jsonb_numeric_normalisation__retry_converges_and_promo
 
 
 def pass_statements(server_version_num: int) -> int:
-    """Statements of a pass whose batch promotes set-based: EXISTS, SET TRANSACTION, the
-    lock cap (and transaction_timeout cap on 17+), fence, claim, savepoint, batch, release."""
+    """Statements of a pass whose batch promotes set-based: SET TRANSACTION, the lock cap (and
+    transaction_timeout cap on 17+), planner settings, the idle check, the fence, savepoint,
+    the claiming batch statement, release."""
     return 8 + (1 if server_version_num >= 170000 else 0)
 
 
@@ -377,16 +378,22 @@ def test_promote_intents__existing_key_other_request__conflicted_others_promoted
     assert JobEnqueueIntent.objects.get(id=healthy).status == "PROMOTED"
 
 
-def test_promote_intents__legacy_job_without_snapshot__conflicted(
-    make_definition: MakeDefinition, drop_constraint: DropConstraint
-) -> None:
-    make_definition()
+@pytest.fixture
+def legacy_jobs_allowed(drop_constraint: DropConstraint) -> None:
+    """Keyed jobs without a request snapshot, as rows written before snapshots existed."""
     drop_constraint(
         "runledger_job_queue",
         "ck_job_queue_idempotency_enqueue_request",
         "DELETE FROM runledger_job_queue WHERE idempotency_key IS NOT NULL"
         " AND enqueue_request IS NULL",
     )
+
+
+@pytest.mark.usefixtures("legacy_jobs_allowed")
+def test_promote_intents__legacy_job_without_snapshot__conflicted(
+    make_definition: MakeDefinition,
+) -> None:
+    make_definition()
     legacy = enqueue_job(TYPE, {"key": "legacy"}, idempotency_key="legacy")
     run_sql("UPDATE runledger_job_queue SET enqueue_request = NULL WHERE id = %s", [legacy.job_id])
     intent_id = record("legacy")
@@ -612,6 +619,142 @@ def test_promote_intents__fast_rows_beside_25_fallbacks__all_fast_rows_promoted(
         report, inserted_jobs=10, retry_deferred=24, total_promoted=10, batch_was_full=True
     )
     assert {JobEnqueueIntent.objects.get(id=i).status for i in healthy} == {"PROMOTED"}
+
+
+# --- a burst of existing keys settles set-based ----------------------------------------------
+
+BURST = 30
+"""More rows needing a decision than the per-row path takes in one pass."""
+
+
+def per_row_statements(captured: CaptureQueriesContext) -> list[str]:
+    """The per-row path's statements: it reads the claimed rows' columns to decode them."""
+    return [q["sql"] for q in captured.captured_queries if "AS enqueue_request" in q["sql"]]
+
+
+@pytest.mark.parametrize("organization_id", [None, uuid.UUID(int=9)], ids=["global", "org"])
+def test_promote_intents__burst_of_identical_direct_enqueues__converges_set_based(
+    make_definition: MakeDefinition, organization_id: uuid.UUID | None
+) -> None:
+    make_definition()
+    jobs = {
+        f"direct-{n}": enqueue_job(
+            TYPE,
+            {"key": f"direct-{n}"},
+            idempotency_key=f"direct-{n}",
+            organization_id=organization_id,
+        ).job_id
+        for n in range(BURST)
+    }
+    intents = {key: record(key, organization_id=organization_id) for key in jobs}
+
+    with CaptureQueriesContext(connection) as captured:
+        report = promote_intents([TYPE], limit=1000)
+
+    assert_report(report, existing_jobs=BURST, total_promoted=BURST)
+    assert per_row_statements(captured) == []
+    assert {
+        key: JobEnqueueIntent.objects.get(id=intent_id).promoted_job_id
+        for key, intent_id in intents.items()
+    } == jobs
+    assert {intent_values(i)["promotion_attempts"] for i in intents.values()} == {1}
+    # Convergence writes no job and no second ENQUEUED event.
+    assert Job.objects.count() == BURST
+    assert JobEvent.objects.count() == BURST
+
+
+@pytest.mark.usefixtures("legacy_jobs_allowed")
+def test_promote_intents__burst_of_other_requests_and_a_legacy_job__conflicted_set_based(
+    make_definition: MakeDefinition, caplog: pytest.LogCaptureFixture
+) -> None:
+    make_definition()
+    for n in range(BURST):
+        enqueue_job(TYPE, {"other": n}, idempotency_key=f"clash-{n}")
+    run_sql(
+        "UPDATE runledger_job_queue SET enqueue_request = NULL WHERE idempotency_key = 'clash-0'"
+    )
+    intents = [record(f"clash-{n}") for n in range(BURST)]
+    healthy = record("healthy")
+    caplog.set_level(logging.WARNING, logger="runledger_django")
+
+    with CaptureQueriesContext(connection) as captured:
+        report = promote_intents([TYPE], limit=1000)
+
+    assert_report(report, inserted_jobs=1, conflicted=BURST, total_promoted=1)
+    assert per_row_statements(captured) == []
+    legacy, *others = [intent_values(i) for i in intents]
+    assert legacy == {
+        "status": "CONFLICTED",
+        "promotion_attempts": 1,
+        "promoted_job_id": None,
+        "last_error_code": "job.legacy_idempotency_snapshot_missing",
+        "last_error_message": (
+            "Job enqueue retry cannot be resolved because the existing idempotency key is "
+            "missing its request snapshot."
+        ),
+    }
+    assert {tuple(row.items()) for row in others} == {
+        tuple(
+            {
+                "status": "CONFLICTED",
+                "promotion_attempts": 1,
+                "promoted_job_id": None,
+                "last_error_code": "job.idempotency_conflict",
+                "last_error_message": (
+                    "Job enqueue retry conflicts with the existing idempotency key."
+                ),
+            }.items()
+        )
+    }
+    assert intent_values(healthy)["status"] == "PROMOTED"
+    warned = sorted(
+        (r.__dict__["runledger"]["intent_id"], r.__dict__["runledger"]["promotion_outcome"])
+        for r in caplog.records
+        if "runledger" in r.__dict__ and "promotion_outcome" in r.__dict__["runledger"]
+    )
+    assert warned == sorted((str(i), "conflicted") for i in intents)
+
+
+def test_promote_intents__burst_beside_drifted_rows__drift_still_deferred_per_row(
+    make_definition: MakeDefinition,
+) -> None:
+    """Set-based settling only decides rows with an existing job; drift keeps its deferral."""
+    make_definition()
+    for n in range(BURST):
+        enqueue_job(TYPE, {"key": f"direct-{n}"}, idempotency_key=f"direct-{n}")
+    converging = [record(f"direct-{n}") for n in range(BURST)]
+    drifted = [record(f"drift-{n}") for n in range(3)]
+    for intent_id in drifted:
+        drift(intent_id)
+
+    report = promote_intents([TYPE], limit=1000)
+
+    assert_report(report, existing_jobs=BURST, retry_deferred=3, total_promoted=BURST)
+    assert {intent_values(i)["status"] for i in converging} == {"PROMOTED"}
+    assert {intent_values(i)["last_error_code"] for i in drifted} == {
+        "job.intent_snapshot_mismatch"
+    }
+
+
+def test_promote_intents__burst_when_the_settling_statement_fails__rows_take_the_per_row_path(
+    make_definition: MakeDefinition, install_trigger: InstallTrigger
+) -> None:
+    """A failing set-based settle is undone; the pass goes on with the first 24 rows."""
+    make_definition()
+    for n in range(BURST):
+        enqueue_job(TYPE, {"key": f"direct-{n}"}, idempotency_key=f"direct-{n}")
+    intents = [record(f"direct-{n}") for n in range(BURST)]
+    install_trigger(
+        "runledger_job_enqueue_intents",
+        "BEFORE UPDATE",
+        "IF current_query() LIKE '%%converge_job_enqueue_intents_batch%%' THEN"
+        " RAISE EXCEPTION 'settle rejected'; END IF; RETURN NEW;",
+    )
+
+    report = promote_intents([TYPE], limit=1000)
+
+    assert_report(report, existing_jobs=24, total_promoted=24, batch_was_full=True)
+    assert [intent_values(i)["status"] for i in intents] == ["PROMOTED"] * 24 + ["PENDING"] * 6
 
 
 # --- retry backoff -------------------------------------------------------------------------
@@ -993,15 +1136,19 @@ def test_promote_intents__empty_job_types__zero_report_without_sql(
     assert report == PromotionReport()
 
 
-def test_promote_intents__nothing_eligible__one_query_and_no_transaction(
-    make_definition: MakeDefinition, django_assert_num_queries: DjangoAssertNumQueries
+def test_promote_intents__nothing_eligible__no_lock_no_fence(
+    make_definition: MakeDefinition, server_version_num: int
 ) -> None:
+    """An idle pass looks once, under the pass's planner settings, and locks nothing."""
     make_definition()
-    with django_assert_num_queries(1) as captured:
+    with CaptureQueriesContext(connection) as captured:
         report = promote_intents([TYPE])
     assert report == PromotionReport()
-    assert "FOR NO KEY UPDATE" not in captured.captured_queries[0]["sql"]
-    assert "pg_advisory" not in captured.captured_queries[0]["sql"]
+    sent = statements(captured)
+    # SET TRANSACTION, the caps, the planner settings, the idle check: nothing else.
+    assert len(sent) == 4 + (1 if server_version_num >= 170000 else 0)
+    assert "LIMIT 1" in sent[-1]
+    assert not [sql for sql in sent if "FOR NO KEY UPDATE" in sql or "pg_advisory" in sql]
     assert connection.get_autocommit()
 
 

@@ -27,6 +27,7 @@ from runledger_django import (
 )
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.services.retention import PLANNER_SETTINGS
 from tests.conftest import TEST_JOB_TYPE, MakeDefinition, run_sql
 
 TYPE = TEST_JOB_TYPE
@@ -354,3 +355,41 @@ def test_delete_promoted_intents_for_jobs__critical_section__capped_keeping_stri
         run_sql("DROP TRIGGER runledger_test_seen_settings ON runledger_job_enqueue_intents")
         run_sql("DROP FUNCTION runledger_test_seen_settings()")
         run_sql("DROP TABLE runledger_test_seen")
+
+
+def planner_settings() -> dict[str, str]:
+    return {name: show(name) for name in PLANNER_SETTINGS}
+
+
+@OWNS_TRANSACTION
+def test_delete_promoted_intents_for_jobs__caller_planner_settings__restored_exactly(
+    make_definition: MakeDefinition,
+) -> None:
+    """Retention plans its statements with the settings a promotion pass pins, inside the
+    caller's transaction, and hands the caller's own settings back."""
+    make_definition()
+    jobs = promoted(["planner"])
+    with transaction.atomic():
+        run_sql("SET LOCAL enable_hashjoin = off")
+        run_sql("SET LOCAL enable_sort = off")
+        before = planner_settings()
+
+        assert delete_promoted_intents_for_jobs(list(jobs.values())) == 1
+
+        assert planner_settings() == before
+        assert show("enable_hashjoin") == "off"
+    assert planner_settings()["enable_nestloop"] == "on"
+
+
+@OWNS_TRANSACTION
+def test_delete_promoted_intents_before__inside_caller_block__planner_settings_restored(
+    make_definition: MakeDefinition,
+) -> None:
+    make_definition()
+    promoted(["old-planner"])
+    run_sql("UPDATE runledger_job_enqueue_intents SET promoted_at = now() - interval '2 days'")
+    cutoff = timezone.now() - dt.timedelta(days=1)
+    with transaction.atomic():
+        before = planner_settings()
+        assert delete_promoted_intents_before(cutoff, limit=10) == 1
+        assert planner_settings() == before
