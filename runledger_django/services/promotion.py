@@ -31,6 +31,7 @@ from ..db.transaction import (
     execute,
     has_transaction_timeout,
     owned_read_committed,
+    uses_client_side_binding,
 )
 from ..domain import PROMOTION_BATCH_LIMIT_MAX, EnqueueRequest, PromotionReport
 from ..errors import CATALOG, Code, RunledgerError
@@ -132,10 +133,31 @@ def promote_intents(
             "promote_intents was called inside an atomic block",
         )
     try:
+        if _nothing_eligible(types, using):
+            return PromotionReport()
         server_side = server_has_transaction_timeout(using)
     except DatabaseError as exc:  # connecting happens outside execute()
         raise classify(exc, "check eligible job enqueue intents") from exc
     return _Pass(using, types, page.limit, server_side=server_side).run()
+
+
+def _nothing_eligible(job_types: list[str], using: str) -> bool:
+    """The idle path: the eligibility check under the pinned planner settings, sent with them
+    as one simple-protocol query (one implicit transaction) outside any transaction block, so
+    an idle promoter costs one round trip per poll and takes no locks. Where a query can carry
+    only one statement (server-side binding) it answers False and the pass checks instead."""
+    connection = connections[using]
+    if not (uses_client_side_binding(using) and connection.get_autocommit()):
+        return False
+    with connection.cursor() as cursor:
+        execute(
+            cursor,
+            queries.PROMOTION_PLANNER_SETTINGS + ";\n" + queries.PROMOTION_HAS_ELIGIBLE,
+            {"job_types": job_types},
+            context="check eligible job enqueue intents",
+        )
+        cursor.nextset()
+        return cursor.fetchone() is None
 
 
 def server_has_transaction_timeout(using: str) -> bool:

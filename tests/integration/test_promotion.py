@@ -294,10 +294,11 @@ def test_promote_intents__jsonb_numeric_normalisation__retry_converges_and_promo
 
 
 def pass_statements(server_version_num: int) -> int:
-    """Statements of a pass whose batch promotes set-based: SET TRANSACTION, the lock cap (and
-    transaction_timeout cap on 17+), planner settings, the idle check, the fence, savepoint,
-    the claiming batch statement, release."""
-    return 8 + (1 if server_version_num >= 170000 else 0)
+    """Statements of a pass whose batch promotes set-based: the idle look outside any
+    transaction, then SET TRANSACTION, the lock cap (and transaction_timeout cap on 17+),
+    planner settings, the eligibility check, the fence, savepoint, the claiming batch
+    statement, release."""
+    return 9 + (1 if server_version_num >= 170000 else 0)
 
 
 def statements(captured: CaptureQueriesContext) -> list[str]:
@@ -1137,18 +1138,21 @@ def test_promote_intents__empty_job_types__zero_report_without_sql(
 
 
 def test_promote_intents__nothing_eligible__no_lock_no_fence(
-    make_definition: MakeDefinition, server_version_num: int
+    make_definition: MakeDefinition,
 ) -> None:
-    """An idle pass looks once, under the pass's planner settings, and locks nothing."""
+    """An idle pass is one round trip: the planner settings and the eligibility check as one
+    simple-protocol query outside any transaction block. It locks nothing, takes no fence and
+    opens no transaction, so an idle promoter costs one query per poll."""
     make_definition()
     with CaptureQueriesContext(connection) as captured:
         report = promote_intents([TYPE])
     assert report == PromotionReport()
-    sent = statements(captured)
-    # SET TRANSACTION, the caps, the planner settings, the idle check: nothing else.
-    assert len(sent) == 4 + (1 if server_version_num >= 170000 else 0)
-    assert "LIMIT 1" in sent[-1]
-    assert not [sql for sql in sent if "FOR NO KEY UPDATE" in sql or "pg_advisory" in sql]
+    sent = [query["sql"] for query in captured.captured_queries]
+    assert len(sent) == 1, sent
+    assert "enable_nestloop" in sent[0]
+    assert "LIMIT 1" in sent[0]
+    assert "FOR NO KEY UPDATE" not in sent[0]
+    assert "pg_advisory" not in sent[0]
     assert connection.get_autocommit()
 
 
