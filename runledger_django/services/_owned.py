@@ -67,3 +67,23 @@ def run_owned(
         if result is not None:
             return result
     return in_owned_transaction(using, body, operation=operation)
+
+
+def join_or_own(
+    using: str,
+    in_caller: Callable[[CursorWrapper], T],
+    single_statement: Callable[[CursorWrapper], T | None],
+    in_owned: Callable[[CursorWrapper], T],
+    *,
+    operation: str,
+) -> T:
+    """Join the caller's transaction when there is one, else own one (``run_owned``).
+
+    With autocommit off (an atomic block, or Django's manual transaction management) the caller
+    owns the transaction: ``in_caller`` runs in it and nothing here commits.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block or not connection.get_autocommit():
+        with connection.cursor() as cursor:
+            return in_caller(cursor)
+    return run_owned(using, single_statement, in_owned, operation=operation)

@@ -7,7 +7,6 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
 from django.db.backends.utils import CursorWrapper
 
 from ..db import queries
@@ -16,7 +15,7 @@ from ..domain import EnqueueOutcome, EnqueueRequest, JobStatus
 from ..errors import Code, RunledgerError
 from ..uuid7 import uuid7
 from ..validation import prepare_enqueue
-from ._owned import run_owned
+from ._owned import join_or_own
 from .wakeup import JOBS_CHANNEL, wake_after_commit
 
 DEFAULT_USING = "default"
@@ -77,22 +76,15 @@ def enqueue_job(
 
 
 def _enqueue(request: EnqueueRequest, using: str) -> EnqueueOutcome:
-    connection = connections[using]
-    # With autocommit off (an atomic block, or manual transaction management) the caller owns
-    # the transaction: join it, never commit it.
-    if connection.in_atomic_block or not connection.get_autocommit():
-        with connection.cursor() as cursor:
-            return enqueue_in_transaction(cursor, request, check_isolation=True)
-
-    def attempt_autocommit(cursor: CursorWrapper) -> EnqueueOutcome | None:
-        # One statement in autocommit is its own transaction; when the key already exists the
-        # resolution needs a second statement in an owned READ COMMITTED transaction.
-        return _insert(cursor, request, require_read_committed=True)
-
-    def in_transaction(cursor: CursorWrapper) -> EnqueueOutcome:
-        return enqueue_in_transaction(cursor, request, check_isolation=False)
-
-    return run_owned(using, attempt_autocommit, in_transaction, operation="enqueue job")
+    # In autocommit one statement is its own transaction; when the key already exists the
+    # resolution needs a second statement in an owned READ COMMITTED transaction.
+    return join_or_own(
+        using,
+        lambda cursor: enqueue_in_transaction(cursor, request, check_isolation=True),
+        lambda cursor: _insert(cursor, request, require_read_committed=True),
+        lambda cursor: enqueue_in_transaction(cursor, request, check_isolation=False),
+        operation="enqueue job",
+    )
 
 
 def _params(request: EnqueueRequest, job_id: uuid.UUID) -> dict[str, Any]:

@@ -6,7 +6,6 @@ import datetime as dt
 import uuid
 from typing import Any
 
-from django.db import connections
 from django.db.backends.utils import CursorWrapper
 from django.db.models import QuerySet
 
@@ -25,7 +24,7 @@ from ..validation import (
     validate_status_filter,
     validate_uuid_argument,
 )
-from ._owned import run_owned
+from ._owned import join_or_own
 from .wakeup import INTENTS_CHANNEL, wake_after_commit
 
 DEFAULT_USING = "default"
@@ -85,23 +84,13 @@ def record_intent(
         execution_resource_key=execution_resource_key,
         for_intent=True,
     )
-    connection = connections[using]
-    # With autocommit off (an atomic block, or Django's manual transaction management) the
-    # caller owns the transaction: join it, never commit it.
-    if connection.in_atomic_block or not connection.get_autocommit():
-        with connection.cursor() as cursor:
-            outcome = record_in_transaction(cursor, request)
-    else:
-
-        def in_transaction(cursor: CursorWrapper) -> IntentOutcome:
-            return record_in_transaction(cursor, request)
-
-        outcome = run_owned(
-            using,
-            lambda cursor: _insert(cursor, request),
-            in_transaction,
-            operation="record job enqueue intent",
-        )
+    outcome = join_or_own(
+        using,
+        lambda cursor: record_in_transaction(cursor, request),
+        lambda cursor: _insert(cursor, request),
+        lambda cursor: record_in_transaction(cursor, request),
+        operation="record job enqueue intent",
+    )
     if outcome.disposition == "inserted":
         # After the caller's commit, never inside it (services/wakeup.py says why).
         wake_after_commit(using, INTENTS_CHANNEL)

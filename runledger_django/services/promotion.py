@@ -203,8 +203,14 @@ class _Budget:
         return execute_next(sql, params, many, context)
 
 
-def _budget_exhausted(detail: str) -> RunledgerError:
-    return RunledgerError.for_code(Code.INTENT_PROMOTION_BUDGET_EXHAUSTED, detail)
+def _budget_exhausted(
+    detail: str = "promotion pass exceeded its 25 s budget", *, sqlstate: str | None = None
+) -> RunledgerError:
+    """The one place that builds the "budget exhausted" error, keeping the SQLSTATE of the
+    statement the budget ended (25P04 or 57014) when there was one."""
+    return RunledgerError.for_code(
+        Code.INTENT_PROMOTION_BUDGET_EXHAUSTED, detail, sqlstate=sqlstate
+    )
 
 
 class _FastPathMismatchError(Exception):
@@ -316,9 +322,7 @@ class _Pass:
         if error.sqlstate == "25P04" or (
             self.budget is not None and self.budget.expired() and error.sqlstate == "57014"
         ):
-            exhausted = _budget_exhausted("promotion pass exceeded its 25 s budget")
-            exhausted.sqlstate = error.sqlstate
-            return exhausted
+            return _budget_exhausted(sqlstate=error.sqlstate)
         return error
 
     def _after_failure(self, error: RunledgerError, cause: BaseException | None) -> None:
@@ -438,9 +442,7 @@ class _Pass:
     def _propagate_if_fatal(self, error: RunledgerError) -> FailureAction:
         cause = error.__cause__
         if self.budget is not None and self.budget.expired():
-            exhausted = _budget_exhausted("promotion pass exceeded its 25 s budget")
-            exhausted.sqlstate = error.sqlstate
-            raise exhausted from cause
+            raise _budget_exhausted(sqlstate=error.sqlstate) from cause
         action = failure_action(error)
         if action == "propagate":
             raise error
