@@ -1,9 +1,16 @@
-"""The wake-up listener: LISTEN on a connection of its own and poke the worker's loops."""
+"""The wake-up listener: LISTEN on a connection of its own and poke the worker's loops.
+
+Before relying on notifications it checks that they reach it at all: behind a pooler in
+transaction mode (PgBouncer) LISTEN sticks to whichever server connection ran it, and nothing
+arrives. The listener then says so once and ends, and the worker polls.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -18,15 +25,27 @@ RECONNECT_FIRST_SECONDS = 0.5
 RECONNECT_CAP_SECONDS = 10.0
 POLL_SECONDS = 0.5
 """How often the listener looks at its stop flag while no notification arrives."""
+PROBE_SECONDS = 2.0
+"""How long the listener waits for its own probe notification. A direct connection gets it
+within milliseconds; through a transaction-pooling proxy it never comes."""
+PROBE_CHANNEL_PREFIX = "runledger_probe_"
+"""Each probe listens on a channel of its own (this prefix and a random suffix), so no other
+session ever notifies it and a subscription a pooler strands on a server costs nothing."""
+UNREACHABLE_MESSAGE = (
+    "wake-up notifications do not reach this worker (a transaction-pooling proxy?); "
+    "polling every %g s"
+)
 
 
 class Listener(threading.Thread):
     """Calls ``on_notify(channel)`` for every notification, and for both channels right after
     each (re)connection, since anything sent while it was away was missed.
 
-    It never issues a query while idle: it blocks on the socket. Where LISTEN cannot work
-    (PgBouncer in transaction pooling) turn it off with ``RUNLEDGER["WORKER_LISTEN"]``; the
-    worker then polls.
+    It never issues a query while idle: it blocks on the socket. On every connection it first
+    sends itself a notification from a second connection (a probe on a private channel); when
+    that does not arrive within PROBE_SECONDS it logs one line, sets ``unreachable`` and ends,
+    and the worker goes on polling every ``poll_interval`` seconds.
+    ``RUNLEDGER["WORKER_LISTEN"] = False`` skips the listener and its probe altogether.
     """
 
     def __init__(
@@ -36,6 +55,7 @@ class Listener(threading.Thread):
         promote: bool,
         on_notify: Callable[[str], None],
         stop: threading.Event,
+        poll_interval: float,
         on_disconnect: Callable[[], None] | None = None,
     ) -> None:
         super().__init__(name="runledger-listener", daemon=True)
@@ -48,15 +68,48 @@ class Listener(threading.Thread):
         self.on_notify = on_notify
         self.on_disconnect = on_disconnect
         self.stop = stop
+        self.poll_interval = poll_interval
         self.connected = threading.Event()
+        """Set while the listener is subscribed and its probe came back."""
+        self.unreachable = threading.Event()
+        """Set when the probe never arrived: the listener has ended and the worker polls."""
 
-    def _connect(self) -> Any:
+    def _open(self) -> Any:
         wrapper = connections[self.using]
         conn = wrapper.get_new_connection(wrapper.get_connection_params())
         conn.autocommit = True
-        for statement in self.statements:
-            conn.execute(statement)
         return conn
+
+    def _notifications_arrive(self, conn: Any) -> bool:
+        """Whether a notification sent by another session reaches ``conn`` while it idles.
+
+        Only another session can tell: a backend delivers its own notifications to whichever
+        client holds it when its transaction ends, and through a pooler that is the sender.
+        """
+        from psycopg import sql
+
+        name = PROBE_CHANNEL_PREFIX + uuid.uuid4().hex
+        channel = sql.Identifier(name)
+        conn.execute(sql.SQL(job_queries.LISTEN_PROBE).format(channel=channel))
+        sender = self._open()
+        try:
+            sender.execute(job_queries.NOTIFY, {"channel": name})
+        finally:
+            sender.close()
+        deadline = time.monotonic() + PROBE_SECONDS
+        arrived = False
+        while not arrived and not self.stop.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for notify in conn.notifies(timeout=min(remaining, POLL_SECONDS)):
+                if notify.channel == name:
+                    arrived = True
+                    break
+        # Through a pooler this may reach another server than the LISTEN did; the stranded
+        # subscription is to a channel nobody will ever notify again.
+        conn.execute(sql.SQL(job_queries.UNLISTEN_PROBE).format(channel=channel))
+        return arrived
 
     def run(self) -> None:
         import psycopg
@@ -65,7 +118,14 @@ class Listener(threading.Thread):
         while not self.stop.is_set():
             conn = None
             try:
-                conn = self._connect()
+                conn = self._open()
+                if not self._notifications_arrive(conn):
+                    if not self.stop.is_set():
+                        logger.warning(UNREACHABLE_MESSAGE, self.poll_interval)
+                        self.unreachable.set()
+                    return
+                for statement in self.statements:
+                    conn.execute(statement)
                 self.connected.set()
                 delay = RECONNECT_FIRST_SECONDS
                 for channel in self.channels:

@@ -345,6 +345,7 @@ class Worker:
                     on_notify=self.on_notify,
                     on_disconnect=self.note_outage,
                     stop=self.background_stop,
+                    poll_interval=config.poll_interval,
                 )
             )
         if config.promote and not config.burst:
