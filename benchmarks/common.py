@@ -210,7 +210,7 @@ def verdict_at_most(value: float, limit: float) -> bool:
 
 
 def fmt_value(value: float, unit: str) -> str:
-    if unit in {"intents/s", "rows/s", "ops/s"}:
+    if unit in {"intents/s", "rows/s", "ops/s", "jobs/s"}:
         return f"{value:,.0f} {unit}"
     if unit == "x":
         return f"{value:.2f}x"

@@ -33,6 +33,15 @@ SHAPES = {
     "d": ("metrics and list at one million intents", "benchmarks.shape_d"),
     "e": ("admin changelist at one million intents", "benchmarks.shape_e"),
     "f": ("recording vs ORM insert and peers, beside an Order", "benchmarks.shape_f"),
+    "g": ("job_metrics at one million jobs", "benchmarks.shape_g"),
+    "h": ("jobs admin changelist at one million jobs", "benchmarks.shape_h"),
+    "i": ("write cost of the job-operations indexes; prune_jobs batches", "benchmarks.shape_i"),
+    "j": ("admin search by idempotency key alone at one million rows", "benchmarks.shape_j"),
+    "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
+    "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
+    "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),
+    "y": ("idle worker: statements per second", "benchmarks.shape_y"),
+    "z": ("worker statements' own limit: as sent today and prepared", "benchmarks.shape_z"),
 }
 PACKAGES = ["Django", "psycopg", "django-tasks", "django-tasks-db", "procrastinate"]
 
@@ -43,7 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument(
-        "--only", default="", help="comma-separated shapes to run (a-f); default: all"
+        "--only", default="", help="comma-separated shapes to run (a-j, t, w-z); default: all"
     )
     parser.add_argument("--keep-db", action="store_true", help="keep the benchmark database")
     parser.add_argument("--profile", action="store_true", help="pyinstrument profile per shape")
