@@ -22,7 +22,8 @@ from django.contrib import admin, messages
 from django.contrib.admin.options import ShowFacets
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, TextField
+from django.db.models.functions import Cast
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -44,6 +45,7 @@ from .models import (
 from .services.job_control import cancel_job, requeue_job
 from .services.job_metrics import job_metrics
 from .services.metrics import intent_metrics
+from .services.search import intent_ids_by_key, job_ids_by_key
 from .validation import validate_job_type
 
 if TYPE_CHECKING:
@@ -157,15 +159,19 @@ class LargeTableAdmin(ReadOnlyMixin, LargeTableAdminBase):
     # Only here to make Django render the search box; get_search_results does the matching.
     search_fields = ("=idempotency_key",)
     search_help_text = "An exact idempotency key, or an exact id (UUID)."
-    changelist_deferred: tuple[str, ...] = ()
-    """Wide columns a changelist row never shows; the detail page loads them."""
+    json_columns: tuple[str, ...] = ()
+    """JSON columns, never decoded by Django: a changelist row does not show them, and a detail
+    page shows their text (``<column>_text``). jsonb keeps integers Python refuses to parse
+    (past its int-to-str digit limit); decoding one would make the whole page fail."""
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
-        queryset = super().get_queryset(request)
+        queryset = super().get_queryset(request).defer(*self.json_columns)
         match = request.resolver_match
         if match is not None and match.url_name and match.url_name.endswith("_changelist"):
-            queryset = queryset.defer(*self.changelist_deferred)
-        return queryset
+            return queryset
+        texts = {f"{name}_text": Cast(name, output_field=TextField()) for name in self.json_columns}
+        annotated: QuerySet[Any] = queryset.annotate(**texts)
+        return annotated
 
     @staticmethod
     def by_organization_kind(**lookups: Any) -> Q:
@@ -182,14 +188,23 @@ class LargeTableAdmin(ReadOnlyMixin, LargeTableAdminBase):
     def job_type_condition(self, job_type: str) -> Q:
         return Q(job_type=job_type)
 
+    def ids_by_key(self, key: str) -> list[uuid.UUID]:
+        """The ids of the rows recorded under ``key`` (each table's own search service)."""
+        raise NotImplementedError
+
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
-        """Exact matches only: ``icontains`` over millions of rows would scan them all."""
+        """Exact matches only: ``icontains`` over millions of rows would scan them all.
+
+        The key is looked up first, through the table's key-prefix index, whatever the job
+        type and tenant; the changelist then reads the few rows found by primary key. (One
+        query with the key as a subquery would let the planner walk the creation-order index
+        to the end, testing every row against it.)"""
         term = search_term.strip()
         if not term:
             return queryset, False
-        condition = self.by_organization_kind(idempotency_key=term)
+        condition = Q(pk__in=self.ids_by_key(term))
         try:
             condition |= Q(pk=uuid.UUID(term))
         except ValueError:
@@ -246,7 +261,7 @@ class JobEnqueueIntentAdmin(LargeTableAdmin):
         "promoted_job_link",
     )
     list_filter = ("status", JobTypeFilter)
-    changelist_deferred = ("payload", "enqueue_request")
+    json_columns = ("payload", "enqueue_request")
     fieldsets = (
         (None, {"fields": _INTENT_IDENTITY}),
         ("Lifecycle", {"fields": _INTENT_LIFECYCLE}),
@@ -268,6 +283,9 @@ class JobEnqueueIntentAdmin(LargeTableAdmin):
         # Intents have no plain job_type index; the partial unique indexes lead with it.
         return self.by_organization_kind(job_type=job_type)
 
+    def ids_by_key(self, key: str) -> list[uuid.UUID]:
+        return intent_ids_by_key(key)
+
     @admin.display(description="promoted job")
     def promoted_job_link(self, obj: JobEnqueueIntent) -> str:
         if obj.promoted_job_id is None:
@@ -287,9 +305,10 @@ class JobEnqueueIntentAdmin(LargeTableAdmin):
             return f"invalid persisted row ({error.code})"
 
     @admin.display(description="canonical request")
-    def canonical_request(self, obj: JobEnqueueIntent) -> SafeString:
-        text = json.dumps(obj.enqueue_request, indent=2, sort_keys=True, ensure_ascii=False)
-        return format_html('<pre class="runledger-canonical-request">{}</pre>', text)
+    def canonical_request(self, obj: JobEnqueueIntent) -> SafeString | str:
+        return _json_block(
+            getattr(obj, "enqueue_request_text", None), "runledger-canonical-request"
+        )
 
     def get_urls(self) -> list[URLPattern]:
         metrics = path(
@@ -433,12 +452,23 @@ class MetricsFilterForm(forms.Form):
         return ReadScope.ADMIN, job_type
 
 
-def _json_block(value: Any, css_class: str) -> SafeString | str:
-    """Pretty JSON in a ``<pre>``; ``-`` for SQL NULL (a JSON ``null`` shows as ``null``)."""
-    if value is None:
+def _json_block(text: str | None, css_class: str) -> SafeString | str:
+    """A column's JSON text, pretty, in a ``<pre>``; ``-`` for SQL NULL (a JSON ``null`` shows
+    as ``null``). Text Python cannot parse (an integer past its int-to-str digit limit) is
+    shown as PostgreSQL wrote it, with a note, rather than failing the page."""
+    if text is None:
         return "-"
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
-    return format_html('<pre class="{}">{}</pre>', css_class, text)
+    try:
+        pretty = json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
+    except ValueError:
+        return format_html(
+            '<pre class="{}">{}</pre><p class="runledger-undecodable">'
+            "Python cannot read this value (an integer longer than it parses); shown as "
+            "stored.</p>",
+            css_class,
+            text,
+        )
+    return format_html('<pre class="{}">{}</pre>', css_class, pretty)
 
 
 def _object_id(request: HttpRequest) -> uuid.UUID | None:
@@ -597,7 +627,7 @@ class JobAdmin(LargeTableAdmin):
         "created_at",
     )
     list_filter = ("status", JobTypeFilter)
-    changelist_deferred = ("payload", "enqueue_request", "output", "checkpoint")
+    json_columns = ("payload", "enqueue_request", "output", "checkpoint")
     inlines = (JobAttemptInline, JobEventInline)
     actions = ("cancel_selected_jobs", "requeue_selected_jobs")
     fieldsets = (
@@ -632,6 +662,9 @@ class JobAdmin(LargeTableAdmin):
 
     # --- columns and fields ----------------------------------------------------------------
 
+    def ids_by_key(self, key: str) -> list[uuid.UUID]:
+        return job_ids_by_key(key)
+
     @admin.display(description="job type")
     def job_type_name(self, obj: Job) -> str:
         # The key itself: no join to job definitions for a changelist column.
@@ -656,19 +689,21 @@ class JobAdmin(LargeTableAdmin):
 
     @admin.display(description="payload")
     def payload_json(self, obj: Job) -> SafeString | str:
-        return _json_block(obj.payload, "runledger-job-payload")
+        return _json_block(getattr(obj, "payload_text", None), "runledger-job-payload")
 
     @admin.display(description="output")
     def output_json(self, obj: Job) -> SafeString | str:
-        return _json_block(obj.output, "runledger-job-output")
+        return _json_block(getattr(obj, "output_text", None), "runledger-job-output")
 
     @admin.display(description="checkpoint")
     def checkpoint_json(self, obj: Job) -> SafeString | str:
-        return _json_block(obj.checkpoint, "runledger-job-checkpoint")
+        return _json_block(getattr(obj, "checkpoint_text", None), "runledger-job-checkpoint")
 
     @admin.display(description="canonical request")
     def enqueue_request_json(self, obj: Job) -> SafeString | str:
-        return _json_block(obj.enqueue_request, "runledger-canonical-request")
+        return _json_block(
+            getattr(obj, "enqueue_request_text", None), "runledger-canonical-request"
+        )
 
     # --- cancel and requeue ----------------------------------------------------------------
 

@@ -4,7 +4,9 @@ Constraint and index names are contract (error classification and operators rely
 What the ORM cannot express (Unicode blank CHECKs, the lifecycle CHECK, triggers, immediate
 ON DELETE RESTRICT/CASCADE foreign keys, UUIDv7 defaults) lives in migration 0002 as RunSQL,
 and so do the secondary indexes: their contract names are longer than the 30 characters
-Django allows in Meta.indexes.
+Django allows in Meta.indexes. Migration 0007 adds the CHECKs that keep every stored time
+readable by Python and every counter below the integer maximum (validated without a long
+lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin's search.
 """
 
 from __future__ import annotations

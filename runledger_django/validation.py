@@ -43,6 +43,11 @@ PAYLOAD_MAX_BYTES = 64 * 1024 * 1024
 """jsonb stops at 255 MB and the payload is stored twice (column and snapshot)."""
 SEARCH_QUERY_MAX_CHARS = 255
 STAGES = frozenset(stage.value for stage in JobStage)
+STORED_TIME_MIN = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+STORED_TIME_MAX = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
+"""The exclusive upper bound of a stored time. Both bounds sit a day inside Python's datetime
+range, so any time zone's local time of a stored value is a datetime too; the tables' CHECKs
+(migration 0007) refuse what lies outside."""
 
 
 def is_blank(value: str) -> bool:
@@ -67,6 +72,11 @@ def _storable_text_problem(value: str) -> str | None:
     except UnicodeEncodeError:
         return "contains a lone surrogate"
     return None
+
+
+def storable_text(value: str) -> bool:
+    """Whether PostgreSQL's text type can hold ``value`` (no NUL, no lone surrogate)."""
+    return _storable_text_problem(value) is None
 
 
 def _text(value: object, code: Code, field: str, *, persisted_row: bool = False) -> str:
@@ -144,10 +154,21 @@ def aware_utc(value: object, code: Code, field: str) -> dt.datetime:
         ) from None
 
 
+def storable_time(value: object, code: Code, field: str) -> dt.datetime:
+    """Return ``value`` as an aware UTC datetime the tables can store, or raise ``code``.
+
+    Refused here rather than by the CHECK, so the caller's transaction stays usable.
+    """
+    checked = aware_utc(value, code, field)
+    if not STORED_TIME_MIN <= checked < STORED_TIME_MAX:
+        raise RunledgerError.for_code(code, f"{field} is outside the storable range")
+    return checked
+
+
 def validate_next_run_at(value: object) -> dt.datetime | None:
     if value is None:
         return None
-    return aware_utc(value, Code.INVALID_NEXT_RUN_AT, "next_run_at")
+    return storable_time(value, Code.INVALID_NEXT_RUN_AT, "next_run_at")
 
 
 def validate_stage(value: object, *, persisted_row: bool = False) -> str:

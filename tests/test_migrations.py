@@ -341,6 +341,18 @@ CONSTRAINTS: dict[str, tuple[str, str]] = {
         "runledger_job_queue",
         RESOURCE_KEY,
     ),
+    # Migration 0007: values Python can read, counters an increment cannot overflow.
+    "chk_job_enqueue_intents_values_in_range": (
+        "runledger_job_enqueue_intents",
+        "CHECK (runledger_intent_values_in_range(next_run_at, next_promotion_at, "
+        "last_attempted_at, promoted_at, conflicted_at, created_at, updated_at, "
+        "promotion_attempts))",
+    ),
+    "chk_job_queue_values_in_range": (
+        "runledger_job_queue",
+        "CHECK (runledger_job_values_in_range(next_run_at, lease_expires_at, last_heartbeat_at, "
+        "started_at, finished_at, created_at, updated_at, attempt, run_number))",
+    ),
 }
 
 INTENTS = "ON public.runledger_job_enqueue_intents USING btree"
@@ -407,6 +419,15 @@ CONTRACT_INDEXES: dict[str, str] = {
     "idx_job_enqueue_intents_promoted_job": (
         f"CREATE INDEX idx_job_enqueue_intents_promoted_job {INTENTS} "
         "(promoted_job_id) WHERE (promoted_job_id IS NOT NULL)"
+    ),
+    # Not in the reference (migration 0007): the admin's search by a key alone.
+    "idx_job_enqueue_intents_idempotency_key_prefix": (
+        f"CREATE INDEX idx_job_enqueue_intents_idempotency_key_prefix {INTENTS} "
+        '("left"(idempotency_key, 64))'
+    ),
+    "idx_job_queue_idempotency_key_prefix": (
+        f"CREATE INDEX idx_job_queue_idempotency_key_prefix {QUEUE} "
+        '("left"(idempotency_key, 64)) WHERE (idempotency_key IS NOT NULL)'
     ),
     "uq_job_queue_type_idempotency_org": (
         f"CREATE UNIQUE INDEX uq_job_queue_type_idempotency_org {QUEUE} "

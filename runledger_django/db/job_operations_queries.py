@@ -84,6 +84,17 @@ JOB_METRICS_GLOBAL: Final[LiteralString] = _JOB_METRICS.replace(
 )
 JOB_METRICS_ADMIN: Final[LiteralString] = _JOB_METRICS.replace("{scope}", "true")
 
+# --- search -------------------------------------------------------------------------------------
+
+# Keyed jobs by an exact idempotency key alone, whatever their job type and tenant (the admin's
+# search), through idx_job_queue_idempotency_key_prefix: see queries.INTENT_IDS_BY_KEY. The
+# index leaves unkeyed jobs out, which the key condition implies.
+JOB_IDS_BY_KEY: Final[LiteralString] = """
+SELECT id FROM runledger_job_queue
+WHERE left(idempotency_key, 64) = left(%(key)s, 64) AND idempotency_key = %(key)s
+LIMIT %(limit)s
+"""
+
 # --- queue retention --------------------------------------------------------------------------
 
 # A finished job retention may delete: one of the chosen terminal statuses, finished before the

@@ -16,9 +16,12 @@ from __future__ import annotations
 from typing import Final, LiteralString
 
 # Cap lock_timeout and statement_timeout for the current (possibly implicit) transaction,
-# keeping a stricter value already in force, and return the previous texts for an exact
-# restore. Sent in front of a transition in the same simple-protocol query when the caller
-# has no transaction, so the caps cost no extra round trip.
+# keeping a stricter value already in force, and pin the planner away from whole-table reads;
+# return the previous texts for an exact restore. Sent in front of a transition in the same
+# simple-protocol query when the caller has no transaction, so this costs no extra round trip.
+# The pins (no sort, no sequential or bitmap scan where an index can serve) keep every
+# transition's plan index-driven whatever the statistics say: on a queue nobody has analysed
+# yet, a claim otherwise read a type's whole backlog through another index and sorted it.
 CAP_LIFECYCLE_TIMEOUTS: Final[LiteralString] = """
 WITH previous AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS lock_text,
@@ -26,10 +29,16 @@ WITH previous AS MATERIALIZED (
                AS lock_ms,
            current_setting('statement_timeout') AS statement_text,
            (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint
-               AS statement_ms
+               AS statement_ms,
+           current_setting('enable_sort') AS enable_sort,
+           current_setting('enable_seqscan') AS enable_seqscan,
+           current_setting('enable_bitmapscan') AS enable_bitmapscan
 )
 SELECT previous.lock_text,
        previous.statement_text,
+       previous.enable_sort,
+       previous.enable_seqscan,
+       previous.enable_bitmapscan,
        set_config('lock_timeout',
                   CASE WHEN previous.lock_ms = 0 OR previous.lock_ms > %(cap_lock_ms)s
                        THEN %(cap_lock_text)s ELSE previous.lock_text END,
@@ -38,9 +47,21 @@ SELECT previous.lock_text,
                   CASE WHEN previous.statement_ms = 0
                             OR previous.statement_ms > %(cap_statement_ms)s
                        THEN %(cap_statement_text)s ELSE previous.statement_text END,
-                  true)
+                  true),
+       set_config('enable_sort', 'off', true),
+       set_config('enable_seqscan', 'off', true),
+       set_config('enable_bitmapscan', 'off', true)
 FROM previous
 """
+
+# The settings CAP_LIFECYCLE_TIMEOUTS returns the previous values of, in its column order.
+CAPPED_SETTINGS: Final = (
+    "lock_timeout",
+    "statement_timeout",
+    "enable_sort",
+    "enable_seqscan",
+    "enable_bitmapscan",
+)
 
 # Wake listeners after a commit. synchronous_commit is switched off for this tiny transaction
 # only: a notification needs no durable commit, and it must not wait for a WAL flush.
@@ -59,7 +80,7 @@ NOTIFY: Final[LiteralString] = (
 # unkeyed jobs are never held back. Candidates are locked FOR UPDATE SKIP LOCKED, so claimers
 # split the queue; a keyed candidate is leased only if its claim row was inserted, in key
 # order (one order for every claimer: no deadlock), and a lost race leaves it PENDING.
-CLAIM_JOBS: Final[LiteralString] = """
+_CLAIM_JOBS: Final[LiteralString] = """
 /* runledger:claim_jobs */
 WITH resource_window AS MATERIALIZED (
     SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
@@ -67,7 +88,7 @@ WITH resource_window AS MATERIALIZED (
     WHERE job.status = 'PENDING'
       AND job.execution_resource_key IS NOT NULL
       AND job.next_run_at <= now()
-      AND job.job_type = ANY(%(job_types)s::text[])
+      AND job.job_type = ANY(%(job_types)s::text[]){only}
       AND NOT EXISTS (
           SELECT 1 FROM runledger_job_execution_resource_claims claim
           WHERE claim.resource_key = job.execution_resource_key
@@ -85,9 +106,11 @@ candidate AS MATERIALIZED (
     FROM runledger_job_queue job
     WHERE job.status = 'PENDING'
       AND job.next_run_at <= now()
-      AND job.job_type = ANY(%(job_types)s::text[])
+      AND job.job_type = ANY(%(job_types)s::text[]){only}
       AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
+    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
+    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at
     LIMIT %(limit)s
     FOR UPDATE OF job SKIP LOCKED
 ),
@@ -137,6 +160,59 @@ SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_at
        timeout_seconds, checkpoint::text, now(), lease_expires_at
 FROM leased
 ORDER BY priority DESC, next_run_at, created_at, id
+"""
+
+CLAIM_JOBS: Final[LiteralString] = _CLAIM_JOBS.replace("{only}", "")
+
+# The claim of one job, by id, for the per-row fallback after a failed batch: the same
+# statement, so the job is leased exactly as a batch would lease it (or skipped, when another
+# claimer holds it or its resource key is busy).
+CLAIM_ONE_JOB: Final[LiteralString] = _CLAIM_JOBS.replace(
+    "/* runledger:claim_jobs */", "/* runledger:claim_one_job */"
+).replace("{only}", "\n      AND job.id = %(job_id)s")
+
+# The due jobs a failed batch claim covered, in claim order, without locks: each is then
+# claimed alone (CLAIM_ONE_JOB), so one row that cannot be leased costs the others nothing.
+CLAIM_CANDIDATE_IDS: Final[LiteralString] = """
+SELECT job.id FROM runledger_job_queue job
+WHERE job.status = 'PENDING'
+  AND job.next_run_at <= now()
+  AND job.job_type = ANY(%(job_types)s::text[])
+ORDER BY job.priority DESC, job.next_run_at, job.created_at
+LIMIT %(limit)s
+"""
+
+# Dead-letter a PENDING job that cannot be leased as it is stored (the claim of it alone failed
+# on its own values: an attempt counter at its bound, attempt rows ahead of it). No attempt
+# row: nothing ran. The event says why, as a terminal failure's does.
+DEAD_LETTER_UNCLAIMABLE: Final[LiteralString] = """
+/* runledger:dead_letter_unclaimable_job */
+WITH moved AS (
+    UPDATE runledger_job_queue job
+    SET status = 'DEAD_LETTERED',
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = now(),
+        output = NULL,
+        status_reason = 'TERMINAL',
+        last_error_code = %(code)s,
+        last_error_message = %(message)s
+    WHERE job.id = %(job_id)s AND job.status = 'PENDING'
+    RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
+              job.progress_total
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT id, run_number, NULLIF(attempt, 0), 'DEAD_LETTERED', stage, progress_done,
+           progress_total,
+           jsonb_build_object('kind', 'TERMINAL', 'error_code', CAST(%(code)s AS text),
+                              'reason', 'FAILURE_KIND_NON_RETRYABLE')
+    FROM moved
+)
+SELECT id FROM moved
 """
 
 # --- the lease fence ------------------------------------------------------------------------
@@ -314,6 +390,8 @@ SELECT finished_at FROM finished
 # Failure (reference 7): retry at the handler's requested time or the policy backoff, or
 # dead-letter when the kind is not retryable or the attempts are spent. The disposition is
 # decided under the row lock from the stored attempt and max_attempts, on the database clock.
+# A dead letter returns no next_run_at: the job's own, left untouched, is not the caller's to
+# read.
 COMPLETE_FAILURE: Final[LiteralString] = (
     """
 /* runledger:complete_job_failure */
@@ -409,7 +487,7 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT status, next_run_at FROM moved
+SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
 """
 )
 
@@ -465,6 +543,7 @@ SELECT id FROM released
 # Expired leases of the given types (reference 10): retried after a flat delay, or dead-lettered
 # when the attempts are spent. SKIP LOCKED passes over rows a late worker is still writing.
 # ``only_job_id`` restricts the pass to one row (the per-row fallback after a failed batch).
+# Only a retried job returns its next_run_at; a dead letter's was never the reaper's.
 REAP_EXPIRED_LEASES: Final[LiteralString] = """
 /* runledger:reap_expired_leases */
 WITH expired AS MATERIALIZED (
@@ -545,7 +624,7 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT id, status, next_run_at FROM moved
+SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
 """
 
 # The expired leases a failed batch covered, for the per-row fallback (no lock: each row is
@@ -650,7 +729,9 @@ WITH target AS MATERIALIZED (
     SELECT job.id, job.status, job.run_number,
            -- A job cancelled while PENDING has no lease expiry: NULL must mean quiescent.
            COALESCE(job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp(), false)
-               AS not_quiesced
+               AS not_quiesced,
+           -- One more run would pass chk_job_queue_values_in_range: refuse, never fail.
+           job.run_number >= 2147483646 AS runs_exhausted
     FROM runledger_job_queue job
     WHERE """
     + _JOB_IN_SCOPE
@@ -675,7 +756,7 @@ requeued AS (
         last_error_message = NULL
     FROM target
     WHERE job.id = target.id AND target.status IN ('DEAD_LETTERED', 'CANCELED')
-      AND NOT target.not_quiesced
+      AND NOT target.not_quiesced AND NOT target.runs_exhausted
     RETURNING job.id, job.run_number, job.stage, job.progress_done, job.progress_total,
               target.run_number AS previous_run_number, target.status AS previous_status
 ),
@@ -695,7 +776,7 @@ event AS (
                               'requeue_kind', 'COMPARE_AND_REQUEUE')
     FROM requeued
 )
-SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL
+SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL, target.runs_exhausted
 FROM target LEFT JOIN requeued ON requeued.id = target.id
 """
 )
@@ -710,3 +791,8 @@ JOB_STATUS_IN_SCOPE: Final[LiteralString] = (
 # A worker's listening connection subscribes to the channels services/wakeup.py notifies.
 LISTEN_JOBS: Final[LiteralString] = "LISTEN runledger_jobs"
 LISTEN_INTENTS: Final[LiteralString] = "LISTEN runledger_intents"
+
+# The listener's probe: subscribe to a private channel, and drop it once the probe is decided.
+# LISTEN takes an identifier, never a parameter: {channel} is filled by psycopg.sql.Identifier.
+LISTEN_PROBE: Final[LiteralString] = "LISTEN {channel}"
+UNLISTEN_PROBE: Final[LiteralString] = "UNLISTEN {channel}"

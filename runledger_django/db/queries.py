@@ -363,7 +363,7 @@ PROMOTION_CLAIM: Final[LiteralString] = (
 
 # The canonical request v1 rebuilt from a row's columns (validation.canonical_snapshot_json in
 # SQL). A row whose stored snapshot differs has drifted: the set-based statements leave it to
-# the per-row path, which defers it.
+# the per-row path, which compares the snapshot Python builds and conflicts the row.
 _SNAPSHOT_V1: Final[LiteralString] = """jsonb_build_object(
         'payload', {row}.payload,
         'priority', {row}.priority,
@@ -377,26 +377,30 @@ _SNAPSHOT_V1: Final[LiteralString] = """jsonb_build_object(
            END"""
 
 # The lifecycle transitions' SET lists (reference 4.4), shared by the per-row and set-based
-# statements; the target table is aliased "intent".
+# statements; the target table is aliased "intent". The attempt count saturates one below the
+# integer maximum (chk_job_enqueue_intents_values_in_range): a row at the bound, written by
+# hand, is still promoted, conflicted or deferred instead of failing every pass.
+_COUNT_ATTEMPT: Final[LiteralString] = "LEAST(intent.promotion_attempts, 2147483645) + 1"
+
 _SET_PROMOTED: Final[LiteralString] = """
     SET status = 'PROMOTED',
-        promotion_attempts = intent.promotion_attempts + 1,
+        promotion_attempts = {count_attempt},
         last_attempted_at = now(),
         promoted_job_id = {job},
         promoted_at = now(),
         conflicted_at = NULL,
         last_error_code = NULL,
-        last_error_message = NULL"""
+        last_error_message = NULL""".replace("{count_attempt}", _COUNT_ATTEMPT)
 
 _SET_CONFLICTED: Final[LiteralString] = """
     SET status = 'CONFLICTED',
-        promotion_attempts = intent.promotion_attempts + 1,
+        promotion_attempts = {count_attempt},
         last_attempted_at = now(),
         promoted_job_id = NULL,
         promoted_at = NULL,
         conflicted_at = now(),
         last_error_code = {code},
-        last_error_message = {message}"""
+        last_error_message = {message}""".replace("{count_attempt}", _COUNT_ATTEMPT)
 
 _INSERT_JOBS: Final[LiteralString] = """
     INSERT INTO runledger_job_queue (
@@ -622,7 +626,9 @@ MARK_CONFLICTED: Final[LiteralString] = (
 MARK_RETRY_DEFERRED: Final[LiteralString] = (
     """
 UPDATE runledger_job_enqueue_intents intent
-SET promotion_attempts = promotion_attempts + 1,
+SET promotion_attempts = """
+    + _COUNT_ATTEMPT
+    + """,
     last_attempted_at = now(),
     last_error_code = %(code)s,
     last_error_message = %(message)s,
@@ -684,3 +690,14 @@ SELECT id FROM runledger_job_queue WHERE id = ANY(%(job_ids)s::uuid[]) ORDER BY 
 # --- reads of the scoped API ------------------------------------------------------------------
 
 INTENT_SELECT_COLUMNS: Final[LiteralString] = _INTENT_COLUMNS
+
+# Intents by an exact idempotency key alone, whatever their job type and scope (the admin's
+# search): through idx_job_enqueue_intents_idempotency_key_prefix, the key's first 64
+# characters, then the whole key. The unique indexes cannot serve it: they lead with the job
+# type, which only PostgreSQL 18 can skip. No ORDER BY: the ids are few, and an order would
+# invite a walk of another index.
+INTENT_IDS_BY_KEY: Final[LiteralString] = """
+SELECT id FROM runledger_job_enqueue_intents
+WHERE left(idempotency_key, 64) = left(%(key)s, 64) AND idempotency_key = %(key)s
+LIMIT %(limit)s
+"""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -129,12 +130,12 @@ def run_capped(
     context: str,
 ) -> list[tuple[Any, ...]]:
     """Run one statement with ``lock_timeout`` and ``statement_timeout`` capped (stricter values
-    already in force are kept) and return its rows.
+    already in force are kept) and the planner pinned to index-driven plans; return its rows.
 
     Outside any transaction the caps and the statement go as one simple-protocol query, which
     PostgreSQL runs as one implicit transaction: one round trip, and the caps vanish with it.
     Inside the caller's atomic block (or with server-side binding, which allows one statement
-    per execute) it runs in a savepoint and puts both settings back exactly afterwards.
+    per execute) it runs in a savepoint and puts every setting back exactly afterwards.
     """
     caps = {
         "cap_lock_ms": lock_ms,
@@ -149,6 +150,50 @@ def run_capped(
         raise classify(exc, context) from exc
 
 
+@functools.lru_cache(maxsize=64)
+def _with_caps(sql: str) -> str:
+    """The caps and the statement as one query text, compacted once per statement: a text
+    under 4 kB is parsed once by psycopg and cached, a longer one is split on every call.
+
+    The statement's ``/* runledger:... */`` tag moves to the very front: pg_stat_activity
+    keeps only the first kilobyte of a query, and that is where operators look for it.
+    """
+    body = sql.lstrip()
+    tag = ""
+    if body.startswith("/*"):
+        end = body.index("*/") + 2
+        tag, body = body[:end], body[end:]
+    return compact_sql(f"{tag}\n{job_queries.CAP_LIFECYCLE_TIMEOUTS};\n{body}")
+
+
+def compact_sql(sql: str) -> str:
+    """Drop ``--`` comments and runs of white space outside string literals; block comments
+    (the ``/* runledger:... */`` tags operators look for) stay."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    in_literal = False
+    while i < n:
+        char = sql[i]
+        if in_literal:
+            out.append(char)
+            if char == "'":
+                in_literal = False
+        elif char == "'":
+            in_literal = True
+            out.append(char)
+        elif char == "-" and sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end
+            continue
+        elif char.isspace():
+            if out and out[-1] != " ":
+                out.append(" ")
+        else:
+            out.append(char)
+        i += 1
+    return "".join(out).strip()
+
+
 def _run_capped(
     using: str, sql: str, params: dict[str, Any], caps: dict[str, Any], context: str
 ) -> list[tuple[Any, ...]]:
@@ -159,12 +204,7 @@ def _run_capped(
         and uses_client_side_binding(using)
     ):
         with connection.cursor() as cursor:
-            execute(
-                cursor,
-                job_queries.CAP_LIFECYCLE_TIMEOUTS + ";\n" + sql,
-                {**params, **caps},
-                context=context,
-            )
+            execute(cursor, _with_caps(sql), {**params, **caps}, context=context)
             cursor.nextset()
             return list(cursor.fetchall()) if cursor.description else []
     with transaction.atomic(using=using), connection.cursor() as cursor:
@@ -172,6 +212,6 @@ def _run_capped(
         assert row is not None  # noqa: S101  (the statement always returns one row)
         rows = execute(cursor, sql, params, context=context)
         result = list(rows.fetchall()) if rows.description else []
-        restore_setting(cursor, LOCK_TIMEOUT, str(row[0]))
-        restore_setting(cursor, STATEMENT_TIMEOUT, str(row[1]))
+        for name, previous in zip(job_queries.CAPPED_SETTINGS, row, strict=False):
+            restore_setting(cursor, name, str(previous))
         return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -10,8 +11,9 @@ from typing import Any
 from django.db import DatabaseError
 
 from ..db import job_queries
-from ..db.classify import classify
+from ..db.classify import classify, is_session_fatal
 from ..domain import PAGE_LIMIT_MAX, ClaimedJob, JobDefaults, JobLease
+from ..errors import CATALOG, Code, RunledgerError
 from ..models import JobDefinition
 from ..validation import validate_job_types, validate_page
 from ._lease import (
@@ -20,6 +22,20 @@ from ._lease import (
     validate_lease_seconds,
     validate_worker_id,
 )
+
+logger = logging.getLogger(__name__)
+
+UNCLAIMABLE_CONSTRAINTS = frozenset(
+    {"chk_job_queue_values_in_range", "uq_job_attempts_job_run_attempt"}
+)
+"""A claim of one job that one of these refuses failed on the job's own row: its attempt would
+pass the counter bound, or an attempt row of that number exists already (a hand-made reset).
+A constraint elsewhere (on events, say) refuses every job alike; it never dead-letters one."""
+FALLBACK_SPARE_CANDIDATES = 16
+"""Due jobs the fallback looks at beyond the batch, so jobs it dead-letters (or finds busy) do
+not leave the batch short: a worker asking for one job still gets the healthy one behind."""
+NUMERIC_OUT_OF_RANGE = "22003"
+"""The attempt increment overflowing, on a table that lacks the counter bound."""
 
 RESOURCE_HEAD_WINDOW_MIN = 1024
 RESOURCE_HEAD_WINDOW_MAX = 16384
@@ -92,7 +108,12 @@ def claim_jobs(
     time, across every worker and organization; a keyed job whose key is busy stays PENDING
     and does not take a slot, so a batch can come back short.
 
-    Transaction: one statement, its own transaction (or the caller's atomic block).
+    If the statement fails for something other than the session (a job whose stored values
+    cannot be leased), the due jobs are claimed one by one instead, and a job whose claim
+    alone fails on its own values is dead-lettered (``job.invalid_persisted_row``).
+
+    Transaction: one statement, its own transaction (or the caller's atomic block); the
+    fallback is one statement per job.
 
     Raises:
         RunledgerError: ``job.invalid_lease_duration``, ``job.invalid_pagination``,
@@ -105,19 +126,100 @@ def claim_jobs(
     worker = validate_worker_id(worker_id)
     if not types:
         return []
-    rows = transition(
-        using,
-        job_queries.CLAIM_JOBS,
-        {
-            "job_types": types,
-            "limit": page.limit,
-            "head_window": resource_head_window(page.limit),
-            "worker_id": worker,
-            "lease_seconds": seconds,
-        },
-        context="claim jobs",
-    )
+    params = {
+        "job_types": types,
+        "limit": page.limit,
+        "head_window": resource_head_window(page.limit),
+        "worker_id": worker,
+        "lease_seconds": seconds,
+    }
+    try:
+        rows = transition(using, job_queries.CLAIM_JOBS, params, context="claim jobs")
+    except RunledgerError as error:
+        if error.__cause__ is None or is_session_fatal(error.__cause__):
+            raise
+        rows = _claim_row_by_row(params, using)
     return [_decode_claimed(row, worker) for row in rows]
+
+
+def _claim_row_by_row(params: dict[str, Any], using: str) -> list[tuple[Any, ...]]:
+    """The fallback after a failed batch claim: each due job claimed alone, in claim order.
+
+    A job whose own stored values make its claim fail (its attempt counter one short of the
+    maximum, attempt rows ahead of its counter) can never be leased as stored: it is
+    dead-lettered with ``job.invalid_persisted_row``, so the next batch claims cleanly again.
+    A job that fails for another reason (a trigger, a lock wait) stays PENDING for a later
+    claim; when every job failed that way, nothing was isolated and the first error is raised,
+    as the batch's would have been.
+    """
+    rows: list[tuple[Any, ...]] = []
+    dead_lettered = 0
+    first_error: RunledgerError | None = None
+    wanted = params["limit"]
+    ids = [
+        row[0]
+        for row in transition(
+            using,
+            job_queries.CLAIM_CANDIDATE_IDS,
+            {**params, "limit": wanted + FALLBACK_SPARE_CANDIDATES},
+            context="read claimable jobs",
+        )
+    ]
+    for job_id in ids:
+        if len(rows) >= wanted:
+            break
+        try:
+            rows += transition(
+                using,
+                job_queries.CLAIM_ONE_JOB,
+                {**params, "job_id": job_id},
+                context="claim a job",
+            )
+        except RunledgerError as error:
+            if error.__cause__ is None or is_session_fatal(error.__cause__):
+                raise
+            dead = _unclaimable(error) and _dead_letter(job_id, using)
+            dead_lettered += dead
+            first_error = first_error or (None if dead else error)
+            logger.warning(
+                "could not claim a job job_id=%s error_code=%s error_sqlstate=%s "
+                "error_constraint=%s outcome=%s",
+                job_id,
+                error.code,
+                error.sqlstate or "none",
+                error.constraint or "none",
+                "dead_lettered" if dead else "skipped",
+                extra={"runledger": {"job_id": str(job_id), **error.log_fields()}},
+            )
+    if first_error is not None and not rows and not dead_lettered:
+        raise first_error
+    return rows
+
+
+def _unclaimable(error: RunledgerError) -> bool:
+    """Whether a claim of one job failed on that job's own stored values."""
+    return error.sqlstate == NUMERIC_OUT_OF_RANGE or error.constraint in UNCLAIMABLE_CONSTRAINTS
+
+
+def _dead_letter(job_id: Any, using: str) -> bool:
+    """Dead-letter a PENDING job that cannot be claimed. False when it was no longer PENDING,
+    or when the row refuses even that (a trigger): then it is only skipped."""
+    try:
+        moved = transition(
+            using,
+            job_queries.DEAD_LETTER_UNCLAIMABLE,
+            {
+                "job_id": job_id,
+                "code": Code.INVALID_PERSISTED_JOB.value,
+                "message": CATALOG[Code.INVALID_PERSISTED_JOB][1],
+            },
+            context="dead-letter an unclaimable job",
+        )
+    except RunledgerError as error:
+        if error.__cause__ is None or is_session_fatal(error.__cause__):
+            raise
+        return False
+    return bool(moved)
 
 
 def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:

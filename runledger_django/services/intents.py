@@ -206,6 +206,19 @@ def _scoped(scope: ReadScope, using: str) -> QuerySet[JobEnqueueIntent]:
     raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a valid ReadScope")
 
 
+def _decoded(rows: QuerySet[JobEnqueueIntent]) -> list[JobEnqueueIntent]:
+    """The rows as model instances, or ``job.intent_invalid_persisted_row`` when a JSON column
+    holds what Python cannot parse (jsonb keeps integers past Python's int-to-str digit limit):
+    the caller gets the catalog error, never a bare ValueError."""
+    try:
+        return list(rows)
+    except ValueError:
+        raise RunledgerError.for_code(
+            Code.INTENT_INVALID_PERSISTED_ROW,
+            "job enqueue intent payload or snapshot does not decode in Python",
+        ) from None
+
+
 def _checked(intent: JobEnqueueIntent) -> JobEnqueueIntent:
     """Refuse a row whose lifecycle, stage or type cannot be decoded (reference 5).
 
@@ -234,8 +247,8 @@ def get_intent(
             ``job.intent_invalid_persisted_row`` / ``job.invalid_stage`` for a corrupt row.
     """
     checked_id = validate_uuid_argument(intent_id, "intent_id")
-    intent = _scoped(scope, using).filter(id=checked_id).first()
-    return None if intent is None else _checked(intent)
+    found = _decoded(_scoped(scope, using).filter(id=checked_id)[:1])
+    return _checked(found[0]) if found else None
 
 
 def list_intents(
@@ -254,7 +267,9 @@ def list_intents(
 
     Raises:
         RunledgerError: ``job.invalid_pagination`` unless ``1 <= limit <= 1000`` and
-            ``offset >= 0``; ``job.invalid_argument`` for a bad status, query or scope.
+            ``offset >= 0``; ``job.invalid_argument`` for a bad status, query or scope;
+            ``job.intent_invalid_persisted_row`` / ``job.invalid_stage`` for a corrupt row on
+            the page.
     """
     page = validate_page(limit, offset)
     status_value = validate_status_filter(status)
@@ -265,4 +280,4 @@ def list_intents(
     if query:
         rows = rows.filter(job_type__icontains=query)
     rows = rows.order_by("-created_at", "-id")[page.offset : page.offset + page.limit]
-    return [_checked(intent) for intent in rows]
+    return [_checked(intent) for intent in _decoded(rows)]

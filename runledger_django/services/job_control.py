@@ -59,15 +59,16 @@ def requeue_job(
     are woken after the commit.
 
     Raises:
-        RunledgerError: ``job.not_found``, ``job.invalid_state_transition``,
-            ``job.cancellation_not_quiesced`` (a cancelled job whose handler may still run:
-            try again once its old lease expired), ``job.invalid_argument``.
+        RunledgerError: ``job.not_found``, ``job.invalid_state_transition`` (also for a job
+            whose run number cannot grow any more), ``job.cancellation_not_quiesced`` (a
+            cancelled job whose handler may still run: try again once its old lease expired),
+            ``job.invalid_argument``.
     """
     params = scope_params(job_id, scope)
     rows = transition(using, job_queries.REQUEUE_JOB, params, context="requeue job")
     if not rows:
         raise _not_found(params["job_id"])
-    status, not_quiesced, requeued = rows[0]
+    status, not_quiesced, requeued, runs_exhausted = rows[0]
     if requeued:
         wake_after_commit(using, JOBS_CHANNEL)
         return JobStatus.PENDING
@@ -75,6 +76,12 @@ def requeue_job(
         raise RunledgerError.for_code(
             Code.CANCELLATION_NOT_QUIESCED,
             f"job {params['job_id']} was canceled while leased; its lease is still live",
+        )
+    if runs_exhausted:
+        # Only a row written by hand gets here: 2**31 - 2 runs leave no run number to start.
+        raise RunledgerError.for_code(
+            Code.INVALID_STATE_TRANSITION,
+            f"job {params['job_id']} has used every run number; cannot requeue it",
         )
     raise _wrong_state(params["job_id"], status, "requeue")
 

@@ -15,7 +15,7 @@ from typing import Any
 from ..db import job_queries
 from ..domain import FailureKind, FailureOutcome, HeartbeatResult, JobFailure, JobLease, JobStatus
 from ..errors import Code, RunledgerError
-from ..validation import INT32_MAX, aware_utc, encode_payload, is_blank
+from ..validation import INT32_MAX, encode_payload, is_blank, storable_time
 from ._lease import (
     DEFAULT_USING,
     lease_mismatch,
@@ -191,7 +191,7 @@ def _retry_timing(failure: JobFailure) -> tuple[int | None, int | None, dt.datet
         after = None  # "retry after no time at all" leaves the policy in charge
     at = None
     if failure.retry_at is not None:
-        at = aware_utc(failure.retry_at, Code.INVALID_RETRY_TIMING, "retry_at")
+        at = storable_time(failure.retry_at, Code.INVALID_RETRY_TIMING, "retry_at")
     return policy, after, at
 
 

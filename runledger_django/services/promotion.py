@@ -66,9 +66,15 @@ TERMINAL_CODES = frozenset(
         Code.INVALID_JOB_TYPE,
         Code.INVALID_EXECUTION_RESOURCE_KEY,
         Code.INVALID_STAGE,
+        Code.INTENT_SNAPSHOT_MISMATCH,
+        Code.ENQUEUE_REQUEST_SNAPSHOT_FAILED,
     }
 )
-"""Intrinsically invalid persisted requests; every other failure retries, so no work is lost."""
+"""Intrinsically invalid persisted requests; every other failure retries, so no work is lost.
+
+A stored snapshot that differs from the row's columns (or that the columns cannot rebuild) is
+one of them, unlike in the reference, which retries it: nothing ever rewrites either side, so
+the next pass would find the same difference, forever."""
 
 BATCH_FATAL_CODES = frozenset(
     {Code.DB_TRANSACTION_COMMIT_UNCONFIRMED, Code.INTENT_PROMOTION_BUDGET_EXHAUSTED}
@@ -82,9 +88,9 @@ def failure_action(error: RunledgerError) -> FailureAction:
     """What a failed candidate does (reference 4.4 step 9d).
 
     Errors that leave no usable session or transaction (lost connection, shutdown,
-    transaction_timeout, anything that is not a database error) abort the whole pass; the four
-    intrinsically invalid persisted-row codes conflict the intent; everything else, including
-    codes this version does not know, defers it.
+    transaction_timeout, anything that is not a database error) abort the whole pass; the
+    intrinsically invalid persisted-row codes (``TERMINAL_CODES``) conflict the intent;
+    everything else, including codes this version does not know, defers it.
     """
     cause = error.__cause__
     if error.code in BATCH_FATAL_CODES:

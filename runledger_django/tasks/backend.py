@@ -28,7 +28,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..domain import IntentOutcome
-from ..errors import RunledgerError
+from ..errors import Code, RunledgerError
 from ..validation import INT32_MAX, encode_payload, validate_idempotency_key, validate_next_run_at
 from . import definitions
 from .naming import JobTypeError, parse_task_job_type, task_job_type
@@ -180,6 +180,14 @@ def _fresh_key() -> str:
     """The key of an enqueue without one: unique, and time-ordered (nanoseconds, then 64
     random bits) so new keys append to the unique index instead of scattering over it."""
     return f"{time.time_ns():016x}{os.urandom(8).hex()}"
+
+
+def _undecodable() -> RunledgerError:
+    """A task's rows hold JSON Python cannot parse (an integer past its int-to-str digit limit,
+    written by hand): its arguments or its result cannot be rebuilt."""
+    return RunledgerError.for_code(
+        Code.INTENT_INVALID_PERSISTED_ROW, "the task's stored payload or result does not decode"
+    )
 
 
 @functools.cache
@@ -371,7 +379,8 @@ class RunledgerTaskBackend(BaseTaskBackend):
             TaskResultDoesNotExist: no such result (a malformed id included), or a result of
                 another backend alias.
             InvalidTask: the result's task can no longer be imported.
-            RunledgerError: a classified database error.
+            RunledgerError: a classified database error; ``job.intent_invalid_persisted_row``
+                when the stored arguments or result do not decode.
         """
         try:
             intent_id = uuid.UUID(str(result_id))
@@ -398,6 +407,8 @@ class RunledgerTaskBackend(BaseTaskBackend):
             )
         except DatabaseError as exc:
             raise classify(exc, "read task result") from exc
+        except ValueError:
+            raise _undecodable() from None
         if intent is None:
             raise TaskResultDoesNotExist(result_id if result_id is not None else str(intent_id))
         return self.result_of_intent(intent, task=task)
@@ -446,6 +457,8 @@ class RunledgerTaskBackend(BaseTaskBackend):
             )
         except DatabaseError as exc:
             raise classify(exc, "read task result") from exc
+        except ValueError:
+            raise _undecodable() from None
         if intent is not None:
             return self.result_of_intent(intent)
         if job is None:

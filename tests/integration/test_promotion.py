@@ -13,7 +13,6 @@ per-row savepoint path, at most 24 rows per pass. The tests cover both paths.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import uuid
 from collections.abc import Callable, Iterator
@@ -59,7 +58,7 @@ def assert_report(report: PromotionReport, **expected: Any) -> None:
 
 
 def drift(intent_id: uuid.UUID) -> None:
-    """Make the stored snapshot disagree with the redundant columns (repairable drift)."""
+    """Make the stored snapshot disagree with the redundant columns (a terminal conflict)."""
     run_sql(
         "UPDATE runledger_job_enqueue_intents SET enqueue_request = '{}'::jsonb WHERE id = %s",
         [intent_id],
@@ -479,44 +478,29 @@ def test_promote_intents__invalid_persisted_resource_key__conflicts_without_star
     assert JobEnqueueIntent.objects.get(id=healthy).status == "PROMOTED"
 
 
-def test_promote_intents__snapshot_drift__defers_without_starving_and_promotes_after_repair(
+def test_promote_intents__snapshot_drift__conflicted_on_first_pass_without_starving(
     make_definition: MakeDefinition,
 ) -> None:
+    """A deliberate departure from the reference, which defers drift forever: nothing rewrites
+    a snapshot or its columns, so no later pass could decide otherwise."""
     make_definition()
     poison = record("poison")
-    original = JobEnqueueIntent.objects.get(id=poison).enqueue_request
     drift(poison)
     healthy = record("healthy")
 
-    assert_report(promote_intents([TYPE]), inserted_jobs=1, retry_deferred=1, total_promoted=1)
+    assert_report(promote_intents([TYPE]), inserted_jobs=1, conflicted=1, total_promoted=1)
 
-    row = JobEnqueueIntent.objects.get(id=poison)
-    state = row.state
-    assert (state.state, state.promotion_attempts) == ("retry_pending", 1)
+    state = JobEnqueueIntent.objects.get(id=poison).state
+    assert (state.state, state.promotion_attempts) == ("conflicted", 1)
     assert state.error is not None
     assert state.error.to_dict() == {
         "code": "job.intent_snapshot_mismatch",
         "message": "Job enqueue intent request snapshot is inconsistent.",
     }
-    assert row.last_attempted_at is not None
-    assert row.next_promotion_at > row.last_attempted_at
     assert JobEnqueueIntent.objects.get(id=healthy).status == "PROMOTED"
     assert not Job.objects.filter(idempotency_key="poison").exists()
-
-    run_sql(
-        "UPDATE runledger_job_enqueue_intents SET enqueue_request = %s::jsonb,"
-        " next_promotion_at = now() WHERE id = %s",
-        [json.dumps(original), poison],
-    )
-    assert_report(promote_intents([TYPE]), inserted_jobs=1, total_promoted=1)
-    assert intent_values(poison) == {
-        **intent_values(poison),
-        "status": "PROMOTED",
-        "promotion_attempts": 2,
-        "last_error_code": None,
-        "last_error_message": None,
-    }
-    assert JobEnqueueIntent.objects.get(id=poison).state.error is None
+    run_sql("UPDATE runledger_job_enqueue_intents SET next_promotion_at = now() - interval '1 s'")
+    assert_report(promote_intents([TYPE]))
 
 
 def test_promote_intents__event_trigger_fails_for_one_row__defers_it_and_rolls_back_its_job(
@@ -592,14 +576,14 @@ def test_promote_intents__25_drifted_rows__caps_savepoint_batch_below_subtransac
 
     report = promote_intents([TYPE], limit=1000)
 
-    assert_report(report, retry_deferred=24, batch_was_full=True)
+    assert_report(report, conflicted=24, batch_was_full=True)
     [metrics] = intent_metrics(scope=ReadScope.GLOBAL)
     assert metrics.to_dict() | {"oldest_pending_at": None} == {
         "job_type": TYPE,
-        "pending_count": 25,
-        "retrying_count": 24,
-        "max_promotion_attempts": 1,
-        "conflicted_24h": 0,
+        "pending_count": 1,
+        "retrying_count": 0,
+        "max_promotion_attempts": 0,
+        "conflicted_24h": 24,
         "promoted_24h": 0,
         "oldest_pending_at": None,
     }
@@ -616,9 +600,7 @@ def test_promote_intents__fast_rows_beside_25_fallbacks__all_fast_rows_promoted(
 
     report = promote_intents([TYPE], limit=1000)
 
-    assert_report(
-        report, inserted_jobs=10, retry_deferred=24, total_promoted=10, batch_was_full=True
-    )
+    assert_report(report, inserted_jobs=10, conflicted=24, total_promoted=10, batch_was_full=True)
     assert {JobEnqueueIntent.objects.get(id=i).status for i in healthy} == {"PROMOTED"}
 
 
@@ -716,10 +698,11 @@ def test_promote_intents__burst_of_other_requests_and_a_legacy_job__conflicted_s
     assert warned == sorted((str(i), "conflicted") for i in intents)
 
 
-def test_promote_intents__burst_beside_drifted_rows__drift_still_deferred_per_row(
+def test_promote_intents__burst_beside_drifted_rows__drift_still_decided_per_row(
     make_definition: MakeDefinition,
 ) -> None:
-    """Set-based settling only decides rows with an existing job; drift keeps its deferral."""
+    """Set-based settling only decides rows with an existing job; drift is left to the per-row
+    path, which compares the snapshot Python builds and conflicts it."""
     make_definition()
     for n in range(BURST):
         enqueue_job(TYPE, {"key": f"direct-{n}"}, idempotency_key=f"direct-{n}")
@@ -730,10 +713,10 @@ def test_promote_intents__burst_beside_drifted_rows__drift_still_deferred_per_ro
 
     report = promote_intents([TYPE], limit=1000)
 
-    assert_report(report, existing_jobs=BURST, retry_deferred=3, total_promoted=BURST)
+    assert_report(report, existing_jobs=BURST, conflicted=3, total_promoted=BURST)
     assert {intent_values(i)["status"] for i in converging} == {"PROMOTED"}
-    assert {intent_values(i)["last_error_code"] for i in drifted} == {
-        "job.intent_snapshot_mismatch"
+    assert {(intent_values(i)["status"], intent_values(i)["last_error_code"]) for i in drifted} == {
+        ("CONFLICTED", "job.intent_snapshot_mismatch")
     }
 
 
@@ -770,13 +753,19 @@ def delays_us(intent_ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
     return {row[0]: row[1] for row in rows}
 
 
+def refuse_jobs(install_trigger: InstallTrigger) -> None:
+    """Every job insert fails (a trigger raises): each intent is retry-deferred per row."""
+    install_trigger(
+        "runledger_job_queue", "BEFORE INSERT", "RAISE EXCEPTION 'no jobs today'; RETURN NEW;"
+    )
+
+
 def test_promote_intents__deferred_retries__jittered_within_the_backoff_cap(
-    make_definition: MakeDefinition,
+    make_definition: MakeDefinition, install_trigger: InstallTrigger
 ) -> None:
     make_definition()
     ids = [record(f"jitter-{n}") for n in range(8)]
-    for intent_id in ids:
-        drift(intent_id)
+    refuse_jobs(install_trigger)
 
     assert_report(promote_intents([TYPE]), retry_deferred=8)
 
@@ -803,7 +792,7 @@ BACKOFF = {
 
 
 def test_promote_intents__retry_delay__follows_the_backoff_table_by_old_attempt_count(
-    make_definition: MakeDefinition,
+    make_definition: MakeDefinition, install_trigger: InstallTrigger
 ) -> None:
     make_definition()
     by_attempts: dict[uuid.UUID, int] = {}
@@ -819,8 +808,8 @@ def test_promote_intents__retry_delay__follows_the_backoff_table_by_old_attempt_
                 " next_promotion_at = now() - interval '1 minute' WHERE id = %s",
                 [attempts, intent_id],
             )
-        drift(intent_id)
         by_attempts[intent_id] = attempts
+    refuse_jobs(install_trigger)
 
     assert_report(promote_intents([TYPE]), retry_deferred=len(BACKOFF))
 
@@ -869,7 +858,8 @@ def case_id(value: object) -> str:
         (row_error(Code.INVALID_EXECUTION_RESOURCE_KEY), "conflicted"),
         (row_error(Code.INVALID_STAGE, persisted_row=True), "conflicted"),
         (row_error(Code.IDEMPOTENCY_CONFLICT_MISSING_EXISTING), "retry_deferred"),
-        (row_error(Code.INTENT_SNAPSHOT_MISMATCH), "retry_deferred"),
+        (row_error(Code.INTENT_SNAPSHOT_MISMATCH), "conflicted"),
+        (row_error(Code.ENQUEUE_REQUEST_SNAPSHOT_FAILED), "conflicted"),
         (row_error(Code.INTENT_TRANSITION_FAILED), "retry_deferred"),
         (
             RunledgerError(
@@ -1226,7 +1216,14 @@ def test_promote_intents__logs__sanitised_fields_without_payload_or_key(
     fields = [
         log_fields(record_) for record_ in caplog.records if record_.levelno == logging.WARNING
     ]
-    assert sorted(fields, key=lambda f: f["promotion_outcome"]) == [
+    assert sorted(fields, key=lambda f: f["error_code"]) == [
+        {
+            "intent_id": str(drifted),
+            "error_code": "job.intent_snapshot_mismatch",
+            "error_sqlstate": "none",
+            "error_constraint": "none",
+            "promotion_outcome": "conflicted",
+        },
         {
             "intent_id": str(poison),
             "error_code": "job.invalid_stage",
@@ -1234,22 +1231,15 @@ def test_promote_intents__logs__sanitised_fields_without_payload_or_key(
             "error_constraint": "none",
             "promotion_outcome": "conflicted",
         },
-        {
-            "intent_id": str(drifted),
-            "error_code": "job.intent_snapshot_mismatch",
-            "error_sqlstate": "none",
-            "error_constraint": "none",
-            "promotion_outcome": "retry_deferred",
-        },
     ]
     [summary] = [r for r in caplog.records if r.levelno == logging.INFO]
     assert summary.getMessage().startswith("processed durable job enqueue intents")
     assert log_fields(summary) == {
         "inserted_jobs": 1,
         "existing_jobs": 0,
-        "conflicted": 1,
+        "conflicted": 2,
         "definition_became_unavailable": 0,
-        "retry_deferred": 1,
+        "retry_deferred": 0,
         "total_promoted": 1,
         "batch_was_full": False,
     }

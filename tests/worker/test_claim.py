@@ -350,3 +350,64 @@ def test_claim_jobs__disabled_definition__its_jobs_still_run(enqueue: Enqueue) -
     complete_job_success(claimed.lease)
 
     assert (claimed.lease.job_id, job_row(job_id)["status"]) == (job_id, "SUCCEEDED")
+
+
+# --- plans ------------------------------------------------------------------------------------
+
+
+def _claim_plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    nodes = [plan]
+    for child in plan.get("Plans", []):
+        nodes += _claim_plan_nodes(child)
+    return nodes
+
+
+@pytest.mark.parametrize("analysed", [False, True], ids=["never-analysed", "analysed"])
+def test_claim_jobs__large_backlog__walks_the_claim_index_and_stops_at_the_limit(
+    make_definition: MakeDefinition, analysed: bool
+) -> None:
+    """No cliff: whatever the statistics say, under the settings every transition runs with,
+    the candidates come from idx_job_queue_claim in its own order and the claim stops at the
+    limit, never a scan and sort of the whole backlog (before, a claim on a queue nobody had
+    analysed read and sorted every pending job of its types)."""
+    from runledger_django.db import job_queries
+
+    make_definition(TYPE)
+    make_definition(OTHER_TYPE)
+    run_sql(
+        "INSERT INTO runledger_job_queue (id, job_type, max_attempts) "
+        "SELECT gen_random_uuid(), CASE WHEN g %% 2 = 0 THEN %s ELSE %s END, 3 "
+        "FROM generate_series(1, 20000) AS g",
+        [TYPE, OTHER_TYPE],
+    )
+    if analysed:
+        run_sql("ANALYZE runledger_job_queue")
+    params: dict[str, Any] = {
+        "job_types": [TYPE],
+        "limit": 8,
+        "head_window": resource_head_window(8),
+        "worker_id": WORKER,
+        "lease_seconds": 60,
+    }
+    caps: dict[str, Any] = {
+        "cap_lock_ms": 5000,
+        "cap_lock_text": "5000ms",
+        "cap_statement_ms": 30000,
+        "cap_statement_text": "30000ms",
+    }
+    with connection.cursor() as cursor:
+        # The settings every transition runs under (the test's transaction drops them).
+        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, caps)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + job_queries.CLAIM_JOBS, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+    nodes = _claim_plan_nodes(plan)
+    queue_scans = [
+        node
+        for node in nodes
+        if node.get("Relation Name") == "runledger_job_queue" and node["Node Type"] != "ModifyTable"
+    ]
+    assert all(node["Node Type"] != "Seq Scan" for node in queue_scans), queue_scans
+    assert any(node.get("Index Name") == "idx_job_queue_claim" for node in queue_scans)
+    # The candidates' LockRows sits directly on the ordered index scan: no sort in between.
+    lock_rows = [node for node in nodes if node["Node Type"] == "LockRows"]
+    assert [node["Plans"][0]["Node Type"] for node in lock_rows] == ["Index Scan"]
