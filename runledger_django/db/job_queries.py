@@ -387,6 +387,65 @@ SELECT finished_at FROM finished
 """
 )
 
+# Success of many leases of one worker in one statement (a group commit: executors that finish
+# together share one transaction, one WAL flush). Each lease is fenced exactly as in
+# COMPLETE_SUCCESS; rows are locked in id order, as every multi-row blocking lock of a job is,
+# then written by row address (the lock holds it): a TID scan, whatever the statistics say.
+# Returns the ids of the jobs it recorded; a lease missing from the result was refused.
+COMPLETE_SUCCESS_MANY: Final[LiteralString] = """
+/* runledger:complete_jobs_success */
+WITH lease AS (
+    SELECT *
+    FROM unnest(%(job_ids)s::uuid[], %(run_numbers)s::integer[], %(attempts)s::integer[],
+                %(outputs)s::text[])
+        AS lease(id, run_number, attempt, output)
+),
+locked AS MATERIALIZED (
+    SELECT job.ctid AS tid, job.id, lease.output
+    FROM lease
+    JOIN runledger_job_queue job
+      ON job.id = lease.id AND job.run_number = lease.run_number
+     AND job.attempt = lease.attempt
+    WHERE job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+      AND job.lease_expires_at IS NOT NULL
+    ORDER BY job.id
+    FOR UPDATE OF job
+),
+finished AS (
+    UPDATE runledger_job_queue job
+    SET status = 'SUCCEEDED',
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = now(),
+        stage = 'completed',
+        output = CAST(locked.output AS jsonb),
+        status_reason = NULL,
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM locked
+    WHERE job.ctid = ANY(ARRAY(SELECT tid FROM locked)) AND job.ctid = locked.tid
+      AND job.id = locked.id AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+      AND job.lease_expires_at > clock_timestamp()
+    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(), outcome = 'SUCCEEDED'
+    FROM finished
+    WHERE attempt_row.job_id = finished.id AND attempt_row.run_number = finished.run_number
+      AND attempt_row.attempt = finished.attempt
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total
+    )
+    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total
+    FROM finished
+)
+SELECT id FROM finished
+"""
+
 # Failure (reference 7): retry at the handler's requested time or the policy backoff, or
 # dead-letter when the kind is not retryable or the attempts are spent. The disposition is
 # decided under the row lock from the stored attempt and max_attempts, on the database clock.

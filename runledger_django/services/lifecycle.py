@@ -9,6 +9,7 @@ caps (5 s lock waits, 30 s in all), with times from the database clock.
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -162,7 +163,7 @@ def complete_job_success(
         RunledgerError: ``job.invalid_output`` before any SQL; ``job.lease_owner_mismatch``.
     """
     checked = validate_lease(lease)
-    output_text = None if output is None else encode_json_value(output, Code.INVALID_OUTPUT)
+    output_text = encode_output(output)
     rows = transition(
         using,
         job_queries.COMPLETE_SUCCESS,
@@ -173,6 +174,47 @@ def complete_job_success(
         raise lease_mismatch(checked)
     finished_at: dt.datetime = rows[0][0]
     return finished_at
+
+
+def complete_jobs_success(
+    successes: Sequence[tuple[JobLease, str | None]], *, using: str = DEFAULT_USING
+) -> set[uuid.UUID]:
+    """Mark many leased jobs of one worker SUCCEEDED in one statement; return the ids of those
+    recorded (the fence refused the others, as ``complete_job_success`` would).
+
+    Each output is already encoded by ``encode_output``. All leases name the same worker.
+
+    Transaction: one statement, its own transaction (or the caller's atomic block).
+
+    Raises:
+        RunledgerError: ``job.invalid_argument`` before any SQL; a database error fails the
+            whole batch (nothing is recorded).
+    """
+    # In id order, the lock order of every statement that locks many job rows and waits.
+    ordered = sorted(((validate_lease(lease), text) for lease, text in successes), key=_job_id)
+    params = leases_params([lease for lease, _ in ordered])
+    if not params["job_ids"]:
+        return set()
+    rows = transition(
+        using,
+        job_queries.COMPLETE_SUCCESS_MANY,
+        {**params, "outputs": [text for _, text in ordered]},
+        context="complete jobs",
+    )
+    return {row[0] for row in rows}
+
+
+def _job_id(item: tuple[JobLease, str | None]) -> uuid.UUID:
+    return item[0].job_id
+
+
+def encode_output(output: Any) -> str | None:
+    """A handler's return value as stored JSON text (None stores nothing).
+
+    Raises:
+        RunledgerError: ``job.invalid_output`` when it is not JSON-native.
+    """
+    return None if output is None else encode_json_value(output, Code.INVALID_OUTPUT)
 
 
 def _retry_timing(failure: JobFailure) -> tuple[int | None, int | None, dt.datetime | None]:

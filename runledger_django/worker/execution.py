@@ -14,8 +14,9 @@ from django.db import connections
 
 from ..domain import ClaimedJob, FailureKind, JobFailure, JobLease, JobStatus
 from ..errors import CATALOG, Code, RunledgerError
-from ..services.lifecycle import complete_job_failure, complete_job_success
+from ..services.lifecycle import complete_job_failure, complete_job_success, encode_output
 from ..services.outage import is_outage
+from .completer import Completer
 from .context import JobContext
 from .outcomes import failure_for, failure_from_exception
 from .registry import Registry
@@ -110,7 +111,9 @@ class Execution:
         )
 
 
-def execute(execution: Execution, registry: Registry, *, using: str) -> JobRun:
+def execute(
+    execution: Execution, registry: Registry, *, using: str, completer: Completer | None = None
+) -> JobRun:
     """Run the handler of a claimed job and record how it ended; return that ending.
 
     A result observed at or after the deadline counts as a timeout. After a lost lease
@@ -167,7 +170,7 @@ def execute(execution: Execution, registry: Registry, *, using: str) -> JobRun:
             )
     if execution.lost.is_set():
         return execution.make_run("lease_lost", Code.LEASE_OWNER_MISMATCH.value)
-    return _record(execution, failure, output, using=using)
+    return _record(execution, failure, output, using=using, completer=completer)
 
 
 def _transaction_depths() -> dict[str, int]:
@@ -250,14 +253,39 @@ def _persist(write: Callable[[], T], *, using: str) -> T:
         return write()
 
 
-def _record(execution: Execution, failure: JobFailure | None, output: Any, *, using: str) -> JobRun:
+def _succeed(lease: JobLease, output: Any, completer: Completer | None, *, using: str) -> None:
+    """Record a success, through the completer when the worker has one."""
+    if completer is None:
+        complete_job_success(lease, output=output, using=using)
+        return
+    text = encode_output(output)
+    try:
+        recorded = completer.succeed(lease, text)
+    except RunledgerError as error:
+        if is_outage(error):
+            raise
+        # One row can fail a whole batch: written alone, only that row's write fails.
+        complete_job_success(lease, output=output, using=using)
+        return
+    if not recorded:
+        raise RunledgerError.for_code(
+            Code.LEASE_OWNER_MISMATCH, f"job {lease.job_id} is no longer leased to this worker"
+        )
+
+
+def _record(
+    execution: Execution,
+    failure: JobFailure | None,
+    output: Any,
+    *,
+    using: str,
+    completer: Completer | None = None,
+) -> JobRun:
     lease = execution.lease
     try:
         if failure is None:
             try:
-                _persist(
-                    lambda: complete_job_success(lease, output=output, using=using), using=using
-                )
+                _persist(lambda: _succeed(lease, output, completer, using=using), using=using)
             except RunledgerError as error:
                 if error.code != Code.INVALID_OUTPUT:
                     raise

@@ -36,6 +36,7 @@ from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
 from ..uuid7 import uuid7
+from .completer import Completer
 from .execution import (
     Execution,
     JobRun,
@@ -174,6 +175,8 @@ class Worker:
         self._epochs = itertools.count(1)
         self.defined: set[str] = set()
         """Job types whose definition this worker made sure of."""
+        self.completer = Completer(using=config.using) if config.concurrency > 1 else None
+        """Executors finishing together record their successes in one statement."""
         self.stuck = False
         self.outage_error: OutageLimitExceededError | None = None
 
@@ -226,7 +229,12 @@ class Worker:
                     # an idle timeout): find out now, not in the handler's first query.
                     drop_dead_connections()
                 try:
-                    run = execute(execution, self.registry, using=self.config.using)
+                    run = execute(
+                        execution,
+                        self.registry,
+                        using=self.config.using,
+                        completer=self.completer,
+                    )
                 except Exception:
                     # An error around a handler (execute never raises for the handler itself)
                     # must not cost the worker this thread, a slot of its capacity: give the

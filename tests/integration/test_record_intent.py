@@ -821,7 +821,7 @@ def test_record_intent__many_invalid_fields__reports_in_reference_order() -> Non
         pytest.param({"payload": _nested(255)}, id="payload-depth-256"),
         pytest.param({"payload": {"\u2603": "\U0001f600"}}, id="payload-astral"),
         pytest.param({"next_run_at": dt.datetime(2001, 1, 1, tzinfo=dt.UTC)}, id="run-at-past"),
-        pytest.param({"next_run_at": dt.datetime(1, 1, 1, tzinfo=dt.UTC)}, id="run-at-year-1"),
+        pytest.param({"next_run_at": dt.datetime(1, 1, 2, tzinfo=dt.UTC)}, id="run-at-earliest"),
         pytest.param({"stage": "completed"}, id="stage-completed"),
         pytest.param({"organization_id": str(ORG_A).upper()}, id="org-uppercase-text"),
     ],

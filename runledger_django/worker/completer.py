@@ -1,0 +1,92 @@
+"""Group commit of successes: executors that finish together share one statement.
+
+One fenced statement per success spends most of the database's time planning, committing and
+flushing the same small write. Here the first executor to hand in a success writes it at once
+on its own connection (at low load a success costs what it always did); executors finishing
+while that write runs queue theirs, and the next of them writes the whole queue in one
+statement. No thread of its own, no connection of its own: a writer is always an executor
+that has a success to record. Failures stay one statement each: they are rarer, and each
+decides its own retry or dead letter.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from dataclasses import dataclass, field
+
+from ..domain import JobLease
+from ..errors import Code, RunledgerError
+from ..services.lifecycle import complete_jobs_success
+
+BATCH_MAX = 64
+"""Successes one statement records at most."""
+
+
+@dataclass(eq=False)
+class _Success:
+    lease: JobLease
+    output_text: str | None
+    recorded: bool = False
+    error: RunledgerError | None = None
+    done: bool = False
+
+
+@dataclass
+class Completer:
+    """Shared by the executors of one worker process."""
+
+    using: str
+    _pending: list[_Success] = field(default_factory=list)
+    _writing: bool = False
+    _changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def succeed(self, lease: JobLease, output_text: str | None) -> bool:
+        """Record ``lease``'s success; return False when the lease fence refused it.
+
+        Raises:
+            RunledgerError: what the statement that carried this success raised (nothing of
+                the batch is then recorded: the caller may write its own success alone).
+        """
+        mine = _Success(lease, output_text)
+        with self._changed:
+            self._pending.append(mine)
+            while True:
+                while self._writing and not mine.done:
+                    self._changed.wait()
+                if mine.done:
+                    break
+                batch = self._pending[:BATCH_MAX]
+                del self._pending[:BATCH_MAX]
+                self._writing = True
+                self._changed.release()
+                try:
+                    self._write(batch)
+                finally:
+                    self._changed.acquire()
+                    self._writing = False
+                    self._changed.notify_all()
+        if mine.error is not None:
+            raise mine.error
+        return mine.recorded
+
+    def _write(self, batch: list[_Success]) -> None:
+        recorded: set[uuid.UUID] = set()
+        try:
+            recorded = complete_jobs_success(
+                [(item.lease, item.output_text) for item in batch], using=self.using
+            )
+        except RunledgerError as error:
+            for item in batch:
+                item.error = error
+        except Exception as exc:  # the others wait on this write: tell them it failed
+            failed = RunledgerError.for_code(
+                Code.DB_QUERY_FAILED, f"recording successes failed: {type(exc).__name__}"
+            )
+            for item in batch:
+                item.error = failed
+            raise
+        finally:
+            for item in batch:
+                item.recorded = item.lease.job_id in recorded
+                item.done = True

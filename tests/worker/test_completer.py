@@ -1,0 +1,173 @@
+"""Group commit of successes: ``complete_jobs_success`` and the executors' Completer.
+
+Concurrency is real: executors are threads with their own connections, and a write is held
+back by a row lock another session takes, observed in pg_stat_activity.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from typing import Any
+
+import pytest
+from django.db import connection
+from pytest_django import DjangoAssertNumQueries
+
+from runledger_django import RunledgerError
+from runledger_django.db import job_queries
+from runledger_django.services.lifecycle import complete_jobs_success, encode_output
+from runledger_django.worker.completer import Completer
+from runledger_django.worker.execution import _succeed
+from tests.conftest import InThread, OpenSession, wait_for_lock_wait
+from tests.worker.conftest import (
+    Enqueue,
+    attempt_rows,
+    claim_one,
+    event_types,
+    expire_lease,
+    job_row,
+    other_lease,
+    wait_until,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.django_db(transaction=True)
+def test_complete_jobs_success__many_leases__one_statement_records_each_with_its_output(
+    enqueue: Enqueue, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    job_ids = [enqueue() for _ in range(3)]
+    leases = [claim_one().lease for _ in job_ids]
+    outputs = [{"n": 1}, None, ["a", "b"]]
+
+    with django_assert_num_queries(1):
+        recorded = complete_jobs_success(
+            [(lease, encode_output(out)) for lease, out in zip(leases, outputs, strict=True)]
+        )
+
+    assert recorded == {lease.job_id for lease in leases}
+    for lease, output in zip(leases, outputs, strict=True):
+        row = job_row(lease.job_id)
+        assert (row["status"], row["stage"], row["output"], row["worker_id"]) == (
+            "SUCCEEDED",
+            "completed",
+            output,
+            None,
+        )
+        assert [attempt["outcome"] for attempt in attempt_rows(lease.job_id)] == ["SUCCEEDED"]
+        assert event_types(lease.job_id)[-1] == "SUCCEEDED"
+
+
+def test_complete_jobs_success__expired_and_stale_leases__only_live_ones_recorded(
+    enqueue: Enqueue,
+) -> None:
+    live, expired, stale = (enqueue() for _ in range(3))
+    leases = {lease.job_id: lease for lease in (claim_one().lease for _ in range(3))}
+    expire_lease(expired)
+    expired_before = job_row(expired)
+    stale_before = job_row(stale)
+
+    recorded = complete_jobs_success(
+        [
+            (leases[live], None),
+            (leases[expired], None),
+            (other_lease(leases[stale], attempt=leases[stale].attempt + 1), None),
+        ]
+    )
+
+    assert recorded == {live}
+    assert job_row(live)["status"] == "SUCCEEDED"
+    assert job_row(expired) == expired_before
+    assert job_row(stale) == stale_before
+
+
+def test_complete_jobs_success__plan__locks_by_primary_key_writes_by_row_address(
+    enqueue: Enqueue,
+) -> None:
+    leases = [claim_one().lease for _ in [enqueue() for _ in range(2)]]
+    params: dict[str, Any] = {
+        "job_ids": [lease.job_id for lease in leases],
+        "run_numbers": [lease.run_number for lease in leases],
+        "attempts": [lease.attempt for lease in leases],
+        "outputs": [None, None],
+        "worker_id": leases[0].worker_id,
+    }
+    caps: dict[str, Any] = {
+        "cap_lock_ms": 5000,
+        "cap_lock_text": "5000ms",
+        "cap_statement_ms": 30000,
+        "cap_statement_text": "30000ms",
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, caps)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + job_queries.COMPLETE_SUCCESS_MANY, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+
+    nodes = list(_walk(plan))
+    queue_reads = [
+        node
+        for node in nodes
+        if node.get("Relation Name") == "runledger_job_queue" and node["Node Type"] != "ModifyTable"
+    ]
+    assert queue_reads
+    assert all(node["Node Type"] != "Seq Scan" for node in nodes), nodes
+    shapes = sorted((node["Node Type"], node.get("Index Name")) for node in queue_reads)
+    # Locked through the primary key, written by row address.
+    assert shapes == [("Index Scan", "runledger_job_queue_pkey"), ("Tid Scan", None)], shapes
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completer__successes_arriving_during_a_write__share_the_next_statement(
+    enqueue: Enqueue, in_thread: InThread, open_session: OpenSession
+) -> None:
+    first, second, third = (claim_one().lease for _ in [enqueue() for _ in range(3)])
+    completer = Completer(using="default")
+    holder = open_session(autocommit=False)
+    observer = open_session()
+    holder.execute("SELECT 1 FROM runledger_job_queue WHERE id = %s FOR UPDATE", [first.job_id])
+
+    leader: Future[bool] = in_thread(completer.succeed, first, None)
+    wait_for_lock_wait(observer, "runledger:complete_jobs_success", timeout=30)
+    followers = [in_thread(completer.succeed, lease, None) for lease in (second, third)]
+    wait_until(lambda: len(completer._pending) == 2, what="two queued successes")
+    holder.rollback()
+
+    assert [f.result(timeout=30) for f in (leader, *followers)] == [True, True, True]
+    finished = [job_row(lease.job_id)["finished_at"] for lease in (first, second, third)]
+    # now() is the transaction's start: the followers were written in one transaction.
+    assert finished[1] == finished[2] != finished[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completer__one_bad_success_fails_its_batch__the_others_are_written_alone(
+    enqueue: Enqueue, in_thread: InThread, open_session: OpenSession
+) -> None:
+    first, good, bad = (claim_one().lease for _ in [enqueue() for _ in range(3)])
+    completer = Completer(using="default")
+    holder = open_session(autocommit=False)
+    observer = open_session()
+    holder.execute("SELECT 1 FROM runledger_job_queue WHERE id = %s FOR UPDATE", [first.job_id])
+
+    leader: Future[bool] = in_thread(completer.succeed, first, None)
+    wait_for_lock_wait(observer, "runledger:complete_jobs_success", timeout=30)
+    # Text that is no JSON stands in for a row the statement cannot write.
+    poisoned: Future[bool] = in_thread(completer.succeed, bad, "{not json")
+    wait_until(lambda: len(completer._pending) == 1, what="the bad success queued")
+    executor: Future[None] = in_thread(_succeed, good, {"ok": True}, completer, using="default")
+    wait_until(lambda: len(completer._pending) == 2, what="the good success queued")
+    holder.rollback()
+
+    assert leader.result(timeout=30) is True
+    with pytest.raises(RunledgerError):
+        poisoned.result(timeout=30)
+    executor.result(timeout=30)
+    assert job_row(good.job_id)["status"] == "SUCCEEDED"
+    assert job_row(good.job_id)["output"] == {"ok": True}
+    assert job_row(bad.job_id)["status"] == "LEASED"
+
+
+def _walk(node: dict[str, Any]) -> Any:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _walk(child)
