@@ -37,6 +37,7 @@ SHAPES = {
     "h": ("jobs admin changelist at one million jobs", "benchmarks.shape_h"),
     "i": ("write cost of the job-operations indexes; prune_jobs batches", "benchmarks.shape_i"),
     "j": ("admin search by idempotency key alone at one million rows", "benchmarks.shape_j"),
+    "k": ("record_intent's cost of migration 0007's index and CHECK", "benchmarks.shape_k"),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
     "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),
@@ -52,7 +53,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     parser.add_argument(
-        "--only", default="", help="comma-separated shapes to run (a-j, t, w-z); default: all"
+        "--only", default="", help="comma-separated shapes to run (a-k, t, w-z); default: all"
     )
     parser.add_argument("--keep-db", action="store_true", help="keep the benchmark database")
     parser.add_argument("--profile", action="store_true", help="pyinstrument profile per shape")

@@ -46,6 +46,17 @@ def duration(text: str) -> timedelta:
         raise argparse.ArgumentTypeError(f"invalid duration {text!r}: too long") from None
 
 
+def age_text(seconds: float) -> str:
+    """Echo the duration back compactly (``7d``, ``1d12h``)."""
+    remaining = int(seconds)
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        count, remaining = divmod(remaining, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"
+
+
 def _int_in(text: str, low: int, high: int, what: str) -> int:
     try:
         value = int(text)

@@ -25,6 +25,7 @@ from ..validation import (
     validate_uuid_argument,
 )
 from ._owned import join_or_own
+from ._scope import checked_scope_kind
 from .wakeup import INTENTS_CHANNEL, wake_after_commit
 
 DEFAULT_USING = "default"
@@ -193,17 +194,14 @@ def decode_outcome_status(status: str, promoted_job_id: uuid.UUID | None) -> Int
 
 
 def _scoped(scope: ReadScope, using: str) -> QuerySet[JobEnqueueIntent]:
-    """The rows ``scope`` selects. Fails closed: a hand-built scope with an unknown kind, or an
-    organization scope without a tenant, is refused rather than read as admin or global."""
+    """The rows ``scope`` selects (a scope that is not valid is refused, never widened)."""
     rows = JobEnqueueIntent.objects.using(using)
-    if isinstance(scope, ReadScope):
-        if scope.kind == "organization" and isinstance(scope.organization_id, uuid.UUID):
-            return rows.filter(organization_id=scope.organization_id)
-        if scope.kind == "global" and scope.organization_id is None:
-            return rows.filter(organization_id__isnull=True)
-        if scope.kind == "admin" and scope.organization_id is None:
-            return rows
-    raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a valid ReadScope")
+    kind = checked_scope_kind(scope)
+    if kind == "organization":
+        return rows.filter(organization_id=scope.organization_id)
+    if kind == "global":
+        return rows.filter(organization_id__isnull=True)
+    return rows
 
 
 def _decoded(rows: QuerySet[JobEnqueueIntent]) -> list[JobEnqueueIntent]:

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
-
-from django.db import connections
-
 from ..db import job_operations_queries as queries
-from ..db.transaction import execute
 from ..domain import JobMetrics, ReadScope
-from ..errors import Code, RunledgerError
-from ..validation import validate_page, validate_search_text
+from ._scope import ScopeKind, metrics_rows
 
 DEFAULT_USING = "default"
+
+_STATEMENTS: dict[ScopeKind, str] = {
+    "organization": queries.JOB_METRICS_ORG,
+    "global": queries.JOB_METRICS_GLOBAL,
+    "admin": queries.JOB_METRICS_ADMIN,
+}
 
 
 def job_metrics(
@@ -38,17 +38,15 @@ def job_metrics(
         RunledgerError: ``job.invalid_pagination``; ``job.invalid_argument`` (a bad scope or
             job type).
     """
-    page = validate_page(limit, offset)
-    exact_type = validate_search_text(job_type, "job_type")
-    sql = _metrics_sql(scope)
-    params = {
-        "organization_id": scope.organization_id,
-        "job_type": exact_type,
-        "limit": page.limit,
-        "offset": page.offset,
-    }
-    with connections[using].cursor() as cursor:
-        rows = execute(cursor, sql, params, context="read job metrics").fetchall()
+    rows = metrics_rows(
+        _STATEMENTS,
+        scope=scope,
+        job_type=job_type,
+        limit=limit,
+        offset=offset,
+        using=using,
+        context="read job metrics",
+    )
     return [
         JobMetrics(
             job_type=row[0],
@@ -63,16 +61,3 @@ def job_metrics(
         )
         for row in rows
     ]
-
-
-def _metrics_sql(scope: object) -> str:
-    """The statement for ``scope``. Fails closed: a hand-built scope with an unknown kind, or an
-    organization scope without a tenant, is refused rather than read as admin."""
-    if isinstance(scope, ReadScope):
-        if scope.kind == "organization" and isinstance(scope.organization_id, uuid.UUID):
-            return queries.JOB_METRICS_ORG
-        if scope.kind == "global" and scope.organization_id is None:
-            return queries.JOB_METRICS_GLOBAL
-        if scope.kind == "admin" and scope.organization_id is None:
-            return queries.JOB_METRICS_ADMIN
-    raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a valid ReadScope")

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import uuid
-
-from django.db import connections
-
 from ..db import queries
-from ..db.transaction import execute
 from ..domain import IntentMetrics, ReadScope
-from ..errors import Code, RunledgerError
-from ..validation import validate_page, validate_search_text
+from ._scope import ScopeKind, metrics_rows
 
 DEFAULT_USING = "default"
+
+_STATEMENTS: dict[ScopeKind, str] = {
+    "organization": queries.INTENT_METRICS_ORG,
+    "global": queries.INTENT_METRICS_GLOBAL,
+    "admin": queries.INTENT_METRICS_ADMIN,
+}
 
 
 def intent_metrics(
@@ -33,17 +33,15 @@ def intent_metrics(
     Raises:
         RunledgerError: ``job.invalid_pagination``; ``job.invalid_argument``.
     """
-    page = validate_page(limit, offset)
-    exact_type = validate_search_text(job_type, "job_type")
-    sql = _metrics_sql(scope)
-    params = {
-        "organization_id": scope.organization_id,
-        "job_type": exact_type,
-        "limit": page.limit,
-        "offset": page.offset,
-    }
-    with connections[using].cursor() as cursor:
-        rows = execute(cursor, sql, params, context="read job enqueue intent metrics").fetchall()
+    rows = metrics_rows(
+        _STATEMENTS,
+        scope=scope,
+        job_type=job_type,
+        limit=limit,
+        offset=offset,
+        using=using,
+        context="read job enqueue intent metrics",
+    )
     return [
         IntentMetrics(
             job_type=row[0],
@@ -56,16 +54,3 @@ def intent_metrics(
         )
         for row in rows
     ]
-
-
-def _metrics_sql(scope: object) -> str:
-    """The statement for ``scope``. Fails closed: a hand-built scope with an unknown kind, or an
-    organization scope without a tenant, is refused rather than read as admin."""
-    if isinstance(scope, ReadScope):
-        if scope.kind == "organization" and isinstance(scope.organization_id, uuid.UUID):
-            return queries.INTENT_METRICS_ORG
-        if scope.kind == "global" and scope.organization_id is None:
-            return queries.INTENT_METRICS_GLOBAL
-        if scope.kind == "admin" and scope.organization_id is None:
-            return queries.INTENT_METRICS_ADMIN
-    raise RunledgerError.for_code(Code.INVALID_ARGUMENT, "scope must be a valid ReadScope")

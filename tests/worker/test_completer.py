@@ -9,12 +9,14 @@ from __future__ import annotations
 from concurrent.futures import Future
 from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection
 from pytest_django import DjangoAssertNumQueries
 
 from runledger_django import RunledgerError
 from runledger_django.db import job_queries
+from runledger_django.domain import JobLease
 from runledger_django.services.lifecycle import complete_jobs_success, encode_output
 from runledger_django.worker.completer import Completer
 from runledger_django.worker.execution import _succeed
@@ -123,12 +125,7 @@ def test_completer__successes_arriving_during_a_write__share_the_next_statement(
 ) -> None:
     first, second, third = (claim_one().lease for _ in [enqueue() for _ in range(3)])
     completer = Completer(using="default")
-    holder = open_session(autocommit=False)
-    observer = open_session()
-    holder.execute("SELECT 1 FROM runledger_job_queue WHERE id = %s FOR UPDATE", [first.job_id])
-
-    leader: Future[bool] = in_thread(completer.succeed, first, None)
-    wait_for_lock_wait(observer, "runledger:complete_jobs_success", timeout=30)
+    holder, leader = _write_held_back(completer, first, in_thread, open_session)
     followers = [in_thread(completer.succeed, lease, None) for lease in (second, third)]
     wait_until(lambda: len(completer._pending) == 2, what="two queued successes")
     holder.rollback()
@@ -145,12 +142,7 @@ def test_completer__one_bad_success_fails_its_batch__the_others_are_written_alon
 ) -> None:
     first, good, bad = (claim_one().lease for _ in [enqueue() for _ in range(3)])
     completer = Completer(using="default")
-    holder = open_session(autocommit=False)
-    observer = open_session()
-    holder.execute("SELECT 1 FROM runledger_job_queue WHERE id = %s FOR UPDATE", [first.job_id])
-
-    leader: Future[bool] = in_thread(completer.succeed, first, None)
-    wait_for_lock_wait(observer, "runledger:complete_jobs_success", timeout=30)
+    holder, leader = _write_held_back(completer, first, in_thread, open_session)
     # Text that is no JSON stands in for a row the statement cannot write.
     poisoned: Future[bool] = in_thread(completer.succeed, bad, "{not json")
     wait_until(lambda: len(completer._pending) == 1, what="the bad success queued")
@@ -165,6 +157,18 @@ def test_completer__one_bad_success_fails_its_batch__the_others_are_written_alon
     assert job_row(good.job_id)["status"] == "SUCCEEDED"
     assert job_row(good.job_id)["output"] == {"ok": True}
     assert job_row(bad.job_id)["status"] == "LEASED"
+
+
+def _write_held_back(
+    completer: Completer, lease: JobLease, in_thread: InThread, open_session: OpenSession
+) -> tuple[psycopg.Connection[Any], Future[bool]]:
+    """Start ``lease``'s success in a thread and hold its write back on the job's row lock
+    (observed waiting), so the successes that come next queue behind it."""
+    holder = open_session(autocommit=False)
+    holder.execute("SELECT 1 FROM runledger_job_queue WHERE id = %s FOR UPDATE", [lease.job_id])
+    leader: Future[bool] = in_thread(completer.succeed, lease, None)
+    wait_for_lock_wait(open_session(), "runledger:complete_jobs_success", timeout=30)
+    return holder, leader
 
 
 def _walk(node: dict[str, Any]) -> Any:

@@ -42,7 +42,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity: int = options["verbosity"]
         older_than = options["older_than"]
-        age = _age_text(older_than.total_seconds())
+        age = cli.age_text(older_than.total_seconds())
         progress = cli.Progress(self.stdout, verbosity=verbosity)
 
         def on_batch(deleted: int, so_far: int) -> None:
@@ -72,14 +72,3 @@ class Command(BaseCommand):
                 f"{format_timestamp(result.cutoff)} (older than {age}) in {result.batches} "
                 f"{batches}."
             )
-
-
-def _age_text(seconds: float) -> str:
-    """Echo the duration back compactly (``7d``, ``1d12h``)."""
-    remaining = int(seconds)
-    parts = []
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        count, remaining = divmod(remaining, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"

@@ -17,7 +17,6 @@ from ...services.job_retention import (
     prune_jobs,
 )
 from .. import cli
-from .prune_intents import _age_text
 
 STATUS_NAMES = [status.value for status in PRUNABLE_STATUSES]
 
@@ -74,7 +73,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity: int = options["verbosity"]
         older_than = options["older_than"]
-        age = _age_text(older_than.total_seconds())
+        age = cli.age_text(older_than.total_seconds())
         progress = cli.Progress(self.stdout, verbosity=verbosity)
 
         def on_batch(batch: JobPruneCounts, total: JobPruneCounts) -> None:
