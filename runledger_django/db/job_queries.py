@@ -389,9 +389,12 @@ SELECT finished_at FROM finished
 
 # Success of many leases of one worker in one statement (a group commit: executors that finish
 # together share one transaction, one WAL flush). Each lease is fenced exactly as in
-# COMPLETE_SUCCESS; rows are locked in id order, as every multi-row blocking lock of a job is,
-# then written by row address (the lock holds it): a TID scan, whatever the statistics say.
-# Returns the ids of the jobs it recorded; a lease missing from the result was refused.
+# COMPLETE_SUCCESS: its row is locked (only the worker's own batches, one at a time, and its
+# shutdown hand-back wait for several of these rows, so no lock order is needed), then checked
+# against the clock. The lock re-checked the fence on the newest version of the row, so the
+# write re-checks only the time that passed. It reaches each row by primary key, never by the
+# address the lock read: a row a heartbeat updated while this statement waited has a version
+# its snapshot cannot see there. Returns the ids recorded; a lease missing was refused.
 COMPLETE_SUCCESS_MANY: Final[LiteralString] = """
 /* runledger:complete_jobs_success */
 WITH lease AS (
@@ -401,14 +404,14 @@ WITH lease AS (
         AS lease(id, run_number, attempt, output)
 ),
 locked AS MATERIALIZED (
-    SELECT job.ctid AS tid, job.id, lease.output
-    FROM lease
-    JOIN runledger_job_queue job
-      ON job.id = lease.id AND job.run_number = lease.run_number
-     AND job.attempt = lease.attempt
-    WHERE job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+    SELECT job.id, lease.output
+    FROM runledger_job_queue job
+    JOIN lease
+      ON lease.id = job.id AND lease.run_number = job.run_number
+     AND lease.attempt = job.attempt
+    WHERE job.id = ANY(%(job_ids)s::uuid[])
+      AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
       AND job.lease_expires_at IS NOT NULL
-    ORDER BY job.id
     FOR UPDATE OF job
 ),
 finished AS (
@@ -424,9 +427,7 @@ finished AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM locked
-    WHERE job.ctid = ANY(ARRAY(SELECT tid FROM locked)) AND job.ctid = locked.tid
-      AND job.id = locked.id AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
-      AND job.lease_expires_at > clock_timestamp()
+    WHERE job.id = locked.id AND job.lease_expires_at > clock_timestamp()
     RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total
 ),
 attempt_row AS (

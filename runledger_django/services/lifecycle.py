@@ -190,22 +190,16 @@ def complete_jobs_success(
         RunledgerError: ``job.invalid_argument`` before any SQL; a database error fails the
             whole batch (nothing is recorded).
     """
-    # In id order, the lock order of every statement that locks many job rows and waits.
-    ordered = sorted(((validate_lease(lease), text) for lease, text in successes), key=_job_id)
-    params = leases_params([lease for lease, _ in ordered])
+    params = leases_params([lease for lease, _ in successes])
     if not params["job_ids"]:
         return set()
     rows = transition(
         using,
         job_queries.COMPLETE_SUCCESS_MANY,
-        {**params, "outputs": [text for _, text in ordered]},
+        {**params, "outputs": [text for _, text in successes]},
         context="complete jobs",
     )
     return {row[0] for row in rows}
-
-
-def _job_id(item: tuple[JobLease, str | None]) -> uuid.UUID:
-    return item[0].job_id
 
 
 def encode_output(output: Any) -> str | None:

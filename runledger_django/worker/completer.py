@@ -15,6 +15,8 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 
+from django.db import connections
+
 from ..domain import JobLease
 from ..errors import Code, RunledgerError
 from ..services.lifecycle import complete_jobs_success
@@ -46,7 +48,7 @@ class Completer:
 
         Raises:
             RunledgerError: what the statement that carried this success raised (nothing of
-                the batch is then recorded: the caller may write its own success alone).
+                the batch is then recorded: the caller writes its own success alone).
         """
         mine = _Success(lease, output_text)
         with self._changed:
@@ -77,6 +79,8 @@ class Completer:
                 [(item.lease, item.output_text) for item in batch], using=self.using
             )
         except RunledgerError as error:
+            # A connection the error broke (a server restart) is not this thread's to keep.
+            connections[self.using].close_if_unusable_or_obsolete()
             for item in batch:
                 item.error = error
         except Exception as exc:  # the others wait on this write: tell them it failed

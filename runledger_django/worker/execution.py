@@ -261,10 +261,9 @@ def _succeed(lease: JobLease, output: Any, completer: Completer | None, *, using
     text = encode_output(output)
     try:
         recorded = completer.succeed(lease, text)
-    except RunledgerError as error:
-        if is_outage(error):
-            raise
-        # One row can fail a whole batch: written alone, only that row's write fails.
+    except RunledgerError:
+        # The batch failed on one bad row or on the writer's connection: written alone, on
+        # this thread's connection, only this success's own trouble can fail it.
         complete_job_success(lease, output=output, using=using)
         return
     if not recorded:

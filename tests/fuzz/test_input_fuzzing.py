@@ -189,6 +189,10 @@ def int32_verdict(value: object, *, positive: bool) -> int:
     return VALID if low <= value <= INT32_MAX else INVALID
 
 
+STORABLE_FROM = dt.datetime(1, 1, 2, tzinfo=dt.UTC)
+STORABLE_UNTIL = dt.datetime(9999, 12, 31, tzinfo=dt.UTC)
+
+
 def datetime_verdict(value: object) -> int:
     if value is None:
         return VALID
@@ -197,10 +201,12 @@ def datetime_verdict(value: object) -> int:
     try:
         if value.utcoffset() is None:
             return INVALID
-        value.astimezone(dt.UTC)
+        utc = value.astimezone(dt.UTC)
     except (OverflowError, ValueError, TypeError):
         return INVALID
-    return VALID
+    # The tables keep a day inside Python's range (migration 0007), so every time zone's
+    # local time of a stored time is a datetime too.
+    return VALID if STORABLE_FROM <= utc < STORABLE_UNTIL else INVALID
 
 
 def stage_verdict(value: object) -> int:

@@ -84,7 +84,7 @@ def test_complete_jobs_success__expired_and_stale_leases__only_live_ones_recorde
     assert job_row(stale) == stale_before
 
 
-def test_complete_jobs_success__plan__locks_by_primary_key_writes_by_row_address(
+def test_complete_jobs_success__plan__writes_each_row_through_its_primary_key(
     enqueue: Enqueue,
 ) -> None:
     leases = [claim_one().lease for _ in [enqueue() for _ in range(2)]]
@@ -107,16 +107,45 @@ def test_complete_jobs_success__plan__locks_by_primary_key_writes_by_row_address
         plan = cursor.fetchone()[0][0]["Plan"]
 
     nodes = list(_walk(plan))
-    queue_reads = [
+    assert all(node["Node Type"] != "Seq Scan" for node in nodes), nodes
+    [write] = [
         node
         for node in nodes
-        if node.get("Relation Name") == "runledger_job_queue" and node["Node Type"] != "ModifyTable"
+        if node.get("Operation") == "Update" and node.get("Relation Name") == "runledger_job_queue"
     ]
-    assert queue_reads
-    assert all(node["Node Type"] != "Seq Scan" for node in nodes), nodes
-    shapes = sorted((node["Node Type"], node.get("Index Name")) for node in queue_reads)
-    # Locked through the primary key, written by row address.
-    assert shapes == [("Index Scan", "runledger_job_queue_pkey"), ("Tid Scan", None)], shapes
+    [row] = [
+        node
+        for node in _walk(write)
+        if node.get("Relation Name") == "runledger_job_queue" and node is not write
+    ]
+    # Each row written is reached through its primary key (never by a scan of the leases).
+    assert (row["Node Type"], row.get("Index Name"), row.get("Index Cond")) == (
+        "Index Scan",
+        "runledger_job_queue_pkey",
+        "(id = locked.id)",
+    ), row
+
+
+@pytest.mark.django_db(transaction=True)
+def test_complete_jobs_success__row_updated_while_waiting_for_its_lock__recorded(
+    enqueue: Enqueue, in_thread: InThread, open_session: OpenSession
+) -> None:
+    """A heartbeat that renews the lease while the batch waits for the row: the batch locks
+    the newest version and must write that one, which its snapshot cannot see."""
+    lease = claim_one().lease if enqueue() else None
+    assert lease is not None
+    holder = open_session(autocommit=False)
+    holder.execute(
+        "UPDATE runledger_job_queue SET lease_expires_at = now() + interval '2 minutes', "
+        "last_heartbeat_at = now() WHERE id = %s",
+        [lease.job_id],
+    )
+    writing: Future[set[Any]] = in_thread(complete_jobs_success, [(lease, None)])
+    wait_for_lock_wait(open_session(), "runledger:complete_jobs_success", timeout=30)
+    holder.commit()
+
+    assert writing.result(timeout=30) == {lease.job_id}
+    assert job_row(lease.job_id)["status"] == "SUCCEEDED"
 
 
 @pytest.mark.django_db(transaction=True)

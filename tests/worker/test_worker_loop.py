@@ -508,11 +508,11 @@ def test_worker__error_around_a_handler__lease_given_up_capacity_kept(
     real = execute
     broken: list[uuid.UUID] = []
 
-    def flaky_execute(execution: Any, registry: Any, *, using: str) -> JobRun:
+    def flaky_execute(execution: Any, registry: Any, **options: Any) -> JobRun:
         if not broken:
             broken.append(execution.lease.job_id)
             raise RuntimeError("a bug around the handler")
-        return real(execution, registry, using=using)
+        return real(execution, registry, **options)
 
     monkeypatch.setattr("runledger_django.worker.runtime.execute", flaky_execute)
     running = start_worker({TYPE: lambda job: job.payload})
