@@ -553,6 +553,9 @@ SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
 
 # Hand leases back (worker shutdown or a stuck worker): the jobs are due again at once and the
 # interrupted attempt stays on record; it is not a failure, so it never dead-letters a job.
+# The rows are reached by primary key with the ids the planner sees. No ORDER BY: with sorts
+# pinned off it would walk the whole primary key in order, and only this worker's own
+# statements ever wait for several of its rows.
 HAND_BACK_LEASES: Final[LiteralString] = """
 /* runledger:hand_back_leases */
 WITH lease AS (
@@ -563,10 +566,10 @@ WITH lease AS (
 locked AS MATERIALIZED (
     SELECT job.id
     FROM runledger_job_queue job
-    WHERE (job.id, job.run_number, job.attempt) IN (
+    WHERE job.id = ANY(%(job_ids)s::uuid[])
+      AND (job.id, job.run_number, job.attempt) IN (
               SELECT id, run_number, attempt FROM lease)
       AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
-    ORDER BY job.id
     FOR UPDATE OF job
 ),
 released AS (

@@ -1,0 +1,72 @@
+"""The statements that write many leases of one worker reach each row by primary key, on a
+queue far larger than the batch, whatever its statistics say (never analysed here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from runledger_django.db import job_queries
+from tests.conftest import run_sql
+from tests.worker.conftest import TYPE, Enqueue, claim_one
+
+pytestmark = pytest.mark.django_db
+
+BACKLOG = 5000
+CAPS: dict[str, Any] = {
+    "cap_lock_ms": 5000,
+    "cap_lock_text": "5000ms",
+    "cap_statement_ms": 30000,
+    "cap_statement_text": "30000ms",
+}
+
+
+@pytest.mark.parametrize(
+    ("statement", "extra"),
+    [
+        (job_queries.COMPLETE_SUCCESS_MANY, {"outputs": [None, None]}),
+        (job_queries.HAND_BACK_LEASES, {"reason": "worker shutting down"}),
+    ],
+    ids=["complete_jobs_success", "hand_back_leases"],
+)
+def test_many_lease_statement__large_queue__every_queue_read_is_an_index_lookup(
+    enqueue: Enqueue, statement: str, extra: dict[str, Any]
+) -> None:
+    leases = [claim_one().lease for _ in [enqueue() for _ in range(2)]]
+    run_sql(
+        "INSERT INTO runledger_job_queue (id, job_type, payload, status, max_attempts, "
+        "worker_id, lease_expires_at, started_at) "
+        "SELECT runledger_uuidv7(), %s, '{}'::jsonb, 'LEASED', 3, 'worker-' || (g %% 7), "
+        "now() + interval '1 minute', now() FROM generate_series(1, %s) AS g",
+        [TYPE, BACKLOG],
+    )
+    params = {
+        "job_ids": [lease.job_id for lease in leases],
+        "run_numbers": [lease.run_number for lease in leases],
+        "attempts": [lease.attempt for lease in leases],
+        "worker_id": leases[0].worker_id,
+        **extra,
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, CAPS)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+
+    reads = [
+        node
+        for node in _walk(plan)
+        if node.get("Relation Name") == "runledger_job_queue" and "Scan" in node["Node Type"]
+    ]
+    assert len(reads) == 2, reads
+    for node in reads:
+        assert node["Node Type"] == "Index Scan", node
+        assert node["Index Name"] == "runledger_job_queue_pkey", node
+        assert node["Index Cond"].startswith("(id = "), node
+
+
+def _walk(node: dict[str, Any]) -> Any:
+    yield node
+    for child in node.get("Plans", []):
+        yield from _walk(child)
