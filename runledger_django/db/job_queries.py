@@ -22,6 +22,8 @@ from typing import Final, LiteralString
 # The pins (no sort, no sequential or bitmap scan where an index can serve) keep every
 # transition's plan index-driven whatever the statistics say: on a queue nobody has analysed
 # yet, a claim otherwise read a type's whole backlog through another index and sorted it.
+# jit is off too: before PostgreSQL 18 a pin works by a huge cost penalty, which carried every
+# transition past the JIT thresholds (a claim spent 750 ms compiling itself on PostgreSQL 15).
 CAP_LIFECYCLE_TIMEOUTS: Final[LiteralString] = """
 WITH previous AS MATERIALIZED (
     SELECT current_setting('lock_timeout') AS lock_text,
@@ -32,13 +34,15 @@ WITH previous AS MATERIALIZED (
                AS statement_ms,
            current_setting('enable_sort') AS enable_sort,
            current_setting('enable_seqscan') AS enable_seqscan,
-           current_setting('enable_bitmapscan') AS enable_bitmapscan
+           current_setting('enable_bitmapscan') AS enable_bitmapscan,
+           current_setting('jit') AS jit
 )
 SELECT previous.lock_text,
        previous.statement_text,
        previous.enable_sort,
        previous.enable_seqscan,
        previous.enable_bitmapscan,
+       previous.jit,
        set_config('lock_timeout',
                   CASE WHEN previous.lock_ms = 0 OR previous.lock_ms > %(cap_lock_ms)s
                        THEN %(cap_lock_text)s ELSE previous.lock_text END,
@@ -50,7 +54,8 @@ SELECT previous.lock_text,
                   true),
        set_config('enable_sort', 'off', true),
        set_config('enable_seqscan', 'off', true),
-       set_config('enable_bitmapscan', 'off', true)
+       set_config('enable_bitmapscan', 'off', true),
+       set_config('jit', 'off', true)
 FROM previous
 """
 
@@ -61,6 +66,7 @@ CAPPED_SETTINGS: Final = (
     "enable_sort",
     "enable_seqscan",
     "enable_bitmapscan",
+    "jit",
 )
 
 # Wake listeners after a commit. synchronous_commit is switched off for this tiny transaction

@@ -12,6 +12,7 @@ in pg_stat_activity instead of sleeping.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -431,6 +432,33 @@ def test_transition__inside_caller_atomic_block__caps_then_exact_restore(
         before = session_timeouts()
         assert capped_settings() == inside
         assert session_timeouts() == before
+
+
+PLANNER = (
+    "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
+    "current_setting('enable_bitmapscan'), current_setting('jit')"
+)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("in_atomic", [False, True], ids=["autocommit", "caller-atomic"])
+def test_transition__planner_pinned_and_jit_off_inside__caller_settings_kept(
+    in_atomic: bool,
+) -> None:
+    """The pins keep plans index-driven; jit goes off with them (before PostgreSQL 18 a pin
+    is a huge cost penalty, which made every claim JIT-compile itself for most of a second).
+    None of it outlives the statement."""
+    run_sql("SET jit = on; SET enable_sort = on")
+    try:
+        with transaction.atomic() if in_atomic else contextlib.nullcontext():
+            before = run_sql(PLANNER)[0]
+            [inside] = _lease.transition("default", PLANNER, {}, context="read the pins")
+            after = run_sql(PLANNER)[0]
+        assert inside == ("off", "off", "off", "off")
+        assert after == before
+        assert before[0] == "on" and before[3] == "on"
+    finally:
+        run_sql("RESET jit; RESET enable_sort")
 
 
 @pytest.mark.django_db(transaction=True)
