@@ -12,12 +12,14 @@ process does with SIGTERM:
 
 from __future__ import annotations
 
+import select
 import signal
 import sys
 from pathlib import Path
 from types import FrameType
 
 OWN_HANDLER_STATUS = 7
+SIGNAL_CHECK_SECONDS = 0.1
 
 
 def _exit_own(signum: int, frame: FrameType | None) -> None:
@@ -36,6 +38,11 @@ def main(role: str, data_dir: Path) -> None:
         with stop_on_signals(StopEvent()) as installed:
             assert installed
     print("ready", flush=True)  # noqa: T201  (the test reads it)
+    # Wait for stdin in short selects rather than one blocking read: a signal that lands just
+    # before a blocking read begins is only acted on once the read returns (the handler merely
+    # sets a flag), and the test sends its signal right after reading "ready".
+    while not select.select([sys.stdin], [], [], SIGNAL_CHECK_SECONDS)[0]:
+        pass
     sys.stdin.readline()
 
 
