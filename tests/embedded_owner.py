@@ -27,6 +27,10 @@ def _exit_own(signum: int, frame: FrameType | None) -> None:
 
 
 def main(role: str, data_dir: Path) -> None:
+    # SIGINT as in a terminal, whatever this process inherited: a shell that starts a job in
+    # the background without job control has it ignored, and an ignored SIGINT stays ignored
+    # in every program started from there (this one included).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if role == "own-handler":
         signal.signal(signal.SIGTERM, _exit_own)
     from runledger_django.embedded import start_server
