@@ -83,7 +83,7 @@ def gate(gates: list[threading.Event]) -> threading.Event:
 
 
 @pytest.fixture
-def start_worker() -> Iterator[StartWorker]:
+def start_worker(gates: list[threading.Event]) -> Iterator[StartWorker]:
     started: list[RunningWorker] = []
 
     def start(
@@ -129,11 +129,17 @@ def start_worker() -> Iterator[StartWorker]:
         return running
 
     yield start
+    for event in gates:  # handlers blocked on a gate would hold their executors forever
+        event.set()
     for running in started:
         running.stop.set()
         running.force.set()
     for running in started:
         running.thread.join(60)
+        # A worker that exited past a stuck handler left that executor running: once the gates
+        # let it go it records its outcome, which must happen before the database is flushed.
+        for thread in running.worker.threads:
+            thread.join(60)
 
 
 def failure_kinds(job_id: uuid.UUID) -> list[str | None]:
