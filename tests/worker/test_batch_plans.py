@@ -1,7 +1,7 @@
-"""The statements that write many leases of one worker reach each row by primary key, on a
-queue far larger than the batch that was never analysed. (With statistics taken when the queue
-held two rows and stale since, PostgreSQL 18 may still walk a whole index for them: not pinned
-yet.)"""
+"""The statements that write many leases of one worker reach their rows through an index
+condition on the ids, on a queue far larger than the batch that was never analysed. (Which
+index is the planner's: with misleading statistics PostgreSQL 18 may prefer a skip scan of the
+(created_at, id) index to the primary key. Not pinned yet.)"""
 
 from __future__ import annotations
 
@@ -66,9 +66,10 @@ def test_many_lease_statement__large_queue__every_queue_read_is_an_index_lookup(
     ]
     assert len(reads) == 2, reads
     for node in reads:
+        # An index scan bounded by the ids: never a walk of a whole index filtered row by row
+        # (what hand-back's ORDER BY id did with sorts pinned off).
         assert node["Node Type"] == "Index Scan", node
-        assert node["Index Name"] == "runledger_job_queue_pkey", node
-        assert node["Index Cond"].startswith("(id = "), node
+        assert "id = " in node.get("Index Cond", ""), node
 
 
 def _walk(node: dict[str, Any]) -> Any:
