@@ -351,37 +351,17 @@ SELECT (SELECT count(*) FROM locked) AS matched,
 
 # --- outcomes -----------------------------------------------------------------------------
 
-# Success (reference 6): SUCCEEDED with the handler's output, the attempt closed, one event.
-COMPLETE_SUCCESS: Final[LiteralString] = (
-    """
-/* runledger:complete_job_success */
-WITH locked AS MATERIALIZED (
-    SELECT job.id FROM runledger_job_queue job
-    WHERE """
-    + _EXACT_LEASE
-    + """
-    FOR UPDATE
-),
-finished AS (
-    UPDATE runledger_job_queue job
-    SET status = 'SUCCEEDED',
+# What a success writes, shared by the one-lease and the many-lease statement: the row's
+# SUCCEEDED columns (output and the cleared fields follow in each), then the attempt row and the
+# event of every job in ``finished``.
+_SUCCEEDED_SET: Final[LiteralString] = """SET status = 'SUCCEEDED',
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         worker_id = NULL,
         finished_at = now(),
-        stage = 'completed',
-        output = CAST(%(output)s AS jsonb),
-        status_reason = NULL,
-        last_error_code = NULL,
-        last_error_message = NULL
-    FROM locked
-    WHERE job.id = locked.id AND """
-    + _LIVE_LEASE
-    + """
-    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
-              job.finished_at
-),
-attempt_row AS (
+        stage = 'completed',"""
+
+_SUCCEEDED_ATTEMPT_AND_EVENT: Final[LiteralString] = """attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
     SET finished_at = now(), outcome = 'SUCCEEDED'
     FROM finished
@@ -395,6 +375,38 @@ event AS (
     SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total
     FROM finished
 )
+"""
+
+# Success (reference 6): SUCCEEDED with the handler's output, the attempt closed, one event.
+COMPLETE_SUCCESS: Final[LiteralString] = (
+    """
+/* runledger:complete_job_success */
+WITH locked AS MATERIALIZED (
+    SELECT job.id FROM runledger_job_queue job
+    WHERE """
+    + _EXACT_LEASE
+    + """
+    FOR UPDATE
+),
+finished AS (
+    UPDATE runledger_job_queue job
+    """
+    + _SUCCEEDED_SET
+    + """
+        output = CAST(%(output)s AS jsonb),
+        status_reason = NULL,
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM locked
+    WHERE job.id = locked.id AND """
+    + _LIVE_LEASE
+    + """
+    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
+              job.finished_at
+),
+"""
+    + _SUCCEEDED_ATTEMPT_AND_EVENT
+    + """
 SELECT finished_at FROM finished
 """
 )
@@ -430,12 +442,9 @@ locked AS MATERIALIZED (
 ),
 finished AS (
     UPDATE runledger_job_queue job
-    SET status = 'SUCCEEDED',
-        lease_expires_at = NULL,
-        last_heartbeat_at = NULL,
-        worker_id = NULL,
-        finished_at = now(),
-        stage = 'completed',
+    """
+    + _SUCCEEDED_SET
+    + """
         output = CAST(locked.output AS jsonb),
         status_reason = NULL,
         last_error_code = NULL,
@@ -444,20 +453,9 @@ finished AS (
     WHERE job.id = locked.id AND job.lease_expires_at > clock_timestamp()
     RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total
 ),
-attempt_row AS (
-    UPDATE runledger_job_attempts attempt_row
-    SET finished_at = now(), outcome = 'SUCCEEDED'
-    FROM finished
-    WHERE attempt_row.job_id = finished.id AND attempt_row.run_number = finished.run_number
-      AND attempt_row.attempt = finished.attempt
-),
-event AS (
-    INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total
-    )
-    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total
-    FROM finished
-)
+"""
+    + _SUCCEEDED_ATTEMPT_AND_EVENT
+    + """
 SELECT id FROM finished
 """
 )

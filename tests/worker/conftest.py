@@ -29,6 +29,14 @@ WORKER = "worker-a"
 OTHER_WORKER = "worker-b"
 LEASE = 60
 
+LIFECYCLE_CAPS: dict[str, Any] = {
+    "cap_lock_ms": 5000,
+    "cap_lock_text": "5000ms",
+    "cap_statement_ms": 30000,
+    "cap_statement_text": "30000ms",
+}
+"""Parameters of CAP_LIFECYCLE_TIMEOUTS as every transition sends them (for EXPLAIN tests)."""
+
 Enqueue = Callable[..., uuid.UUID]
 Register = Callable[..., None]
 

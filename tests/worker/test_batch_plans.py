@@ -12,17 +12,11 @@ from django.db import connection
 
 from runledger_django.db import job_queries
 from tests.conftest import run_sql
-from tests.worker.conftest import TYPE, Enqueue, claim_one
+from tests.worker.conftest import LIFECYCLE_CAPS, TYPE, Enqueue, claim_one
 
 pytestmark = pytest.mark.django_db
 
 BACKLOG = 5000
-CAPS: dict[str, Any] = {
-    "cap_lock_ms": 5000,
-    "cap_lock_text": "5000ms",
-    "cap_statement_ms": 30000,
-    "cap_statement_text": "30000ms",
-}
 
 
 @pytest.mark.parametrize(
@@ -55,7 +49,7 @@ def test_many_lease_statement__large_queue__every_queue_read_is_an_index_lookup(
         **extra,
     }
     with connection.cursor() as cursor:
-        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, CAPS)
+        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
         cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
         plan = cursor.fetchone()[0][0]["Plan"]
 

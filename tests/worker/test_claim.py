@@ -29,6 +29,7 @@ from runledger_django.worker.execution import Execution, execute
 from runledger_django.worker.registry import Handler, Registry
 from tests.conftest import InThread, MakeDefinition, OpenSession, run_sql
 from tests.worker.conftest import (
+    LIFECYCLE_CAPS,
     TYPE,
     WORKER,
     Enqueue,
@@ -389,15 +390,9 @@ def test_claim_jobs__large_backlog__walks_the_claim_index_and_stops_at_the_limit
         "worker_id": WORKER,
         "lease_seconds": 60,
     }
-    caps: dict[str, Any] = {
-        "cap_lock_ms": 5000,
-        "cap_lock_text": "5000ms",
-        "cap_statement_ms": 30000,
-        "cap_statement_text": "30000ms",
-    }
     with connection.cursor() as cursor:
         # The settings every transition runs under (the test's transaction drops them).
-        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, caps)
+        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
         cursor.execute("EXPLAIN (FORMAT JSON) " + job_queries.CLAIM_JOBS, params)
         plan = cursor.fetchone()[0][0]["Plan"]
     nodes = _claim_plan_nodes(plan)

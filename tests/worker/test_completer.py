@@ -22,6 +22,7 @@ from runledger_django.worker.completer import Completer
 from runledger_django.worker.execution import _succeed
 from tests.conftest import InThread, OpenSession, wait_for_lock_wait
 from tests.worker.conftest import (
+    LIFECYCLE_CAPS,
     Enqueue,
     attempt_rows,
     claim_one,
@@ -95,14 +96,8 @@ def test_complete_jobs_success__plan__writes_each_row_through_its_primary_key(
         "outputs": [None, None],
         "worker_id": leases[0].worker_id,
     }
-    caps: dict[str, Any] = {
-        "cap_lock_ms": 5000,
-        "cap_lock_text": "5000ms",
-        "cap_statement_ms": 30000,
-        "cap_statement_text": "30000ms",
-    }
     with connection.cursor() as cursor:
-        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, caps)
+        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
         cursor.execute("EXPLAIN (FORMAT JSON) " + job_queries.COMPLETE_SUCCESS_MANY, params)
         plan = cursor.fetchone()[0][0]["Plan"]
 
