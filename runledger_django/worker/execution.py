@@ -14,6 +14,7 @@ from django.db import connections
 
 from ..domain import ClaimedJob, FailureKind, JobFailure, JobLease, JobStatus
 from ..errors import CATALOG, Code, RunledgerError
+from ..services._lease import lease_mismatch
 from ..services.lifecycle import complete_job_failure, complete_job_success, encode_output
 from ..services.outage import is_outage
 from .completer import Completer
@@ -267,9 +268,7 @@ def _succeed(lease: JobLease, output: Any, completer: Completer | None, *, using
         complete_job_success(lease, output=output, using=using)
         return
     if not recorded:
-        raise RunledgerError.for_code(
-            Code.LEASE_OWNER_MISMATCH, f"job {lease.job_id} is no longer leased to this worker"
-        )
+        raise lease_mismatch(lease)
 
 
 def _record(
