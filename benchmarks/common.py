@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import sys
 import time
@@ -117,19 +118,28 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+SHUFFLE_SEED = 20261201
+"""The order of the contenders in each round of ``interleaved``."""
+
+
 def interleaved(
     ops: dict[str, Callable[[int], object]], *, count: int, warmup: int
 ) -> dict[str, Stats]:
-    """Time each op ``count`` times, rotating which goes first in every round.
+    """Time each op ``count`` times, in a fresh order every round.
 
-    Rotation cancels slow drift (autovacuum, other tenants of the machine, a growing table)
-    between the contenders instead of charging it to whichever ran later.
+    Interleaving cancels slow drift (autovacuum, other tenants of the machine, a growing
+    table) between the contenders instead of charging it to whichever ran later. The order is
+    shuffled (seeded, so runs repeat) rather than rotated: an op pays part of the cost of the
+    one before it (a peer that walks the ORM evicts the caches the next op needs, about
+    25 us here), and under rotation the same contender almost always comes right after the
+    same neighbour and carries that cost alone.
     """
     names = list(ops)
     samples: dict[str, list[float]] = {name: [] for name in names}
+    order = random.Random(SHUFFLE_SEED)
     for i in range(warmup + count):
-        shift = i % len(names)
-        for name in names[shift:] + names[:shift]:
+        order.shuffle(names)
+        for name in names:
             op = ops[name]
             start = time.perf_counter()
             op(i)

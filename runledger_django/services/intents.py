@@ -85,11 +85,20 @@ def record_intent(
         execution_resource_key=execution_resource_key,
         for_intent=True,
     )
+    return record_prepared(request, intent_id=uuid7(), using=using)
+
+
+def record_prepared(
+    request: EnqueueRequest, *, intent_id: uuid.UUID, using: str = DEFAULT_USING
+) -> IntentOutcome:
+    """``record_intent`` for a request already through ``prepare_enqueue``, under an id the
+    caller chose: the Tasks backend builds its result around the id before any SQL, so
+    nothing but the signal is left to do once the insert returns."""
     outcome = join_or_own(
         using,
-        lambda cursor: record_in_transaction(cursor, request),
-        lambda cursor: _insert(cursor, request),
-        lambda cursor: record_in_transaction(cursor, request),
+        lambda cursor: record_in_transaction(cursor, request, intent_id),
+        lambda cursor: _insert(cursor, request, intent_id),
+        lambda cursor: record_in_transaction(cursor, request, intent_id),
         operation="record job enqueue intent",
     )
     if outcome.disposition == "inserted":
@@ -98,13 +107,14 @@ def record_intent(
     return outcome
 
 
-def _insert(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | None:
+def _insert(
+    cursor: CursorWrapper, request: EnqueueRequest, intent_id: uuid.UUID
+) -> IntentOutcome | None:
     sql = (
         queries.RECORD_INTENT_GLOBAL
         if request.organization_id is None
         else queries.RECORD_INTENT_ORG
     )
-    intent_id = uuid7()
     params = {
         "id": intent_id,
         "job_type": request.job_type,
@@ -126,7 +136,9 @@ def _insert(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | N
     )
 
 
-def record_in_transaction(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome:
+def record_in_transaction(
+    cursor: CursorWrapper, request: EnqueueRequest, intent_id: uuid.UUID
+) -> IntentOutcome:
     """The insert-or-resolve algorithm of reference 4.2, at most two resolution attempts.
 
     The insert waits behind an uncommitted recorder of the same key; the lookup, a new
@@ -134,7 +146,7 @@ def record_in_transaction(cursor: CursorWrapper, request: EnqueueRequest) -> Int
     to insert once more.
     """
     for attempt in (1, 2):
-        outcome = _insert(cursor, request)
+        outcome = _insert(cursor, request, intent_id)
         if outcome is not None:
             return outcome
         if attempt == 1:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import os
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -29,7 +27,8 @@ from django.utils.module_loading import import_string
 
 from ..domain import IntentOutcome
 from ..errors import Code, RunledgerError
-from ..validation import INT32_MAX, encode_payload, validate_idempotency_key, validate_next_run_at
+from ..uuid7 import uuid7
+from ..validation import INT32_MAX, prepare_enqueue, validate_idempotency_key
 from . import definitions
 from .naming import JobTypeError, parse_task_job_type, task_job_type
 from .results import build_result, django_time, enqueued_at_of, read_attempts
@@ -176,12 +175,6 @@ def read_options(options: object) -> BackendOptions:
     )
 
 
-def _fresh_key() -> str:
-    """The key of an enqueue without one: unique, and time-ordered (nanoseconds, then 64
-    random bits) so new keys append to the unique index instead of scattering over it."""
-    return f"{time.time_ns():016x}{os.urandom(8).hex()}"
-
-
 def _undecodable() -> RunledgerError:
     """A task's rows hold JSON Python cannot parse (an integer past its int-to-str digit limit,
     written by hand): its arguments or its result cannot be rebuilt."""
@@ -191,11 +184,11 @@ def _undecodable() -> RunledgerError:
 
 
 @functools.cache
-def _record_intent() -> Callable[..., IntentOutcome]:
+def _record_prepared() -> Callable[..., IntentOutcome]:
     # Imported on first use: the backend is built while apps load, before models import.
-    from ..services.intents import record_intent
+    from ..services.intents import record_prepared
 
-    return record_intent
+    return record_prepared
 
 
 def load_task(module_path: str) -> Task[..., Any]:
@@ -250,16 +243,23 @@ class RunledgerTaskBackend(BaseTaskBackend):
 
     def validate_task(self, task: Task[..., Any]) -> None:
         """Django's rules, then ours: the queue and module path form a valid job type, and an
-        idempotency key is storable text."""
+        idempotency key is storable text. Django calls this whenever a task is built, so a
+        task with an unusable key never exists to be enqueued."""
         self._checked_job_type(task)
+        key = getattr(task, "idempotency_key", None)
+        if key is not None:
+            try:
+                validate_idempotency_key(key, for_intent=True)
+            except RunledgerError as error:
+                raise InvalidTask(f"Invalid idempotency key: {error.client_message}") from None
 
     def _checked_job_type(self, task: Task[..., Any]) -> str:
         """Validate ``task`` and return its job type.
 
         Django validates a task again at every enqueue. The verdict depends only on the task's
         options, this backend's settings (a new TASKS makes a new backend) and USE_TZ, so it
-        is remembered per options; the idempotency key, which changes per enqueue, is checked
-        every time.
+        is remembered per options. The idempotency key is not among them: ``validate_task``
+        checks it when the task is built, and ``prepare_enqueue`` again before any SQL.
         """
         options: tuple[Any, ...] | None = (
             task.func,
@@ -284,12 +284,6 @@ class RunledgerTaskBackend(BaseTaskBackend):
                 if len(self._valid) >= VALIDATION_CACHE_SIZE:
                     self._valid.clear()
                 self._valid[options] = job_type
-        key = getattr(task, "idempotency_key", None)
-        if key is not None:
-            try:
-                validate_idempotency_key(key, for_intent=True)
-            except RunledgerError as error:
-                raise InvalidTask(f"Invalid idempotency key: {error.client_message}") from None
         return job_type
 
     # -- enqueue ----------------------------------------------------------------------------
@@ -318,13 +312,15 @@ class RunledgerTaskBackend(BaseTaskBackend):
             raise InvalidTaskBackend(
                 f"Task backend {self.alias!r} has invalid OPTIONS: {options.problems[0][1]}"
             )
-        # The result normalises the arguments (normalize_json: TypeError, ValueError) before
-        # any SQL; its id and enqueue time are filled in once the intent exists.
+        # The result normalises the arguments (normalize_json: TypeError, ValueError) and
+        # prepare_enqueue validates the intent, both before any SQL. The id is chosen here, so
+        # the result is complete before the insert and only the signal is left after it.
+        intent_id = uuid7()
         result: TaskResult[Any, Any] = TaskResult(
             task=task,
-            id="",
+            id=str(intent_id),
             status=TaskResultStatus.READY,
-            enqueued_at=None,
+            enqueued_at=enqueued_at_of(intent_id, None),
             started_at=None,
             finished_at=None,
             last_attempted_at=None,
@@ -335,38 +331,35 @@ class RunledgerTaskBackend(BaseTaskBackend):
             worker_ids=[],
         )
         key = getattr(task, "idempotency_key", None)
-        payload = {
-            "backend": self.alias,
-            "keyed": key is not None,
-            "args": result.args,
-            "kwargs": result.kwargs,
-        }
         run_after = task.run_after
         if run_after is not None and timezone.is_naive(run_after):
             run_after = timezone.make_aware(run_after)  # USE_TZ = False: local time
+        request = prepare_enqueue(
+            job_type,
+            {
+                "backend": self.alias,
+                "keyed": key is not None,
+                "args": result.args,
+                "kwargs": result.kwargs,
+            },
+            # Without a key of the caller's, the intent's own id is its key: unique, and
+            # time-ordered (UUIDv7), so new keys append to the unique index.
+            idempotency_key=intent_id.hex if key is None else key,
+            priority=int(task.priority),
+            next_run_at=run_after,
+            for_intent=True,
+        )
         database = options.database
         if not definitions.is_ensured(database, job_type):
-            # Bad input fails before any SQL, the definition's own connection included.
-            encode_payload(payload)
-            validate_next_run_at(run_after)
             definitions.ensure_task_definition(
                 job_type,
                 max_attempts=options.max_attempts,
                 timeout_seconds=options.timeout_seconds,
                 using=database,
             )
-        outcome = _record_intent()(
-            job_type,
-            payload,
-            idempotency_key=_fresh_key() if key is None else key,
-            priority=int(task.priority),
-            next_run_at=run_after,
-            using=database,
-        )
+        outcome = _record_prepared()(request, intent_id=intent_id, using=database)
         if outcome.disposition != "inserted":
             return self._read(outcome.intent_id, task=task)
-        object.__setattr__(result, "id", str(outcome.intent_id))
-        object.__setattr__(result, "enqueued_at", enqueued_at_of(outcome.intent_id, None))
         task_enqueued.send(type(self), task_result=result)
         return result
 
