@@ -24,7 +24,16 @@ import sys
 from dataclasses import dataclass
 
 from .common import Context, Row, progress, ratio
-from .worker_common import Drain, Procrastinate, Runledger, System, TasksDb, drain, loadavg
+from .worker_common import (
+    Drain,
+    Procrastinate,
+    Runledger,
+    StatementsOnly,
+    System,
+    TasksDb,
+    drain,
+    loadavg,
+)
 
 SHAPE = "w"
 TARGET_ONE_PROCESS = 1000.0
@@ -42,11 +51,15 @@ class Contender:
 
 def contenders(quick: bool, select: set[str] | None = None) -> list[Contender]:
     ours, tasks_db, proc = Runledger(), TasksDb(), Procrastinate()
+    statements = StatementsOnly()
     proc_async = Procrastinate(is_async=True)
     chosen = [
         Contender("rl-1x1", "runledger 1 process x 1 thread", ours, 1, 1),
         Contender("rl-1x8", "runledger 1 process x 8 threads", ours, 1, 8),
         Contender("rl-2x8", "runledger 2 processes x 8 threads", ours, 2, 8),
+        Contender(
+            "sql-2x8", "the worker's statements alone, 2 processes x 8 threads", statements, 2, 8
+        ),
         Contender("tdb-1", "django-tasks-db 1 process", tasks_db, 1, 1),
         Contender("tdb-2", "django-tasks-db 2 processes", tasks_db, 2, 1),
         Contender("tdb-8", "django-tasks-db 8 processes", tasks_db, 8, 1),
@@ -219,6 +232,16 @@ def _report(
                 ok=value >= TARGET_VS_TASKS_DB,
             )
         )
+        if "sql-2x8" in medians:
+            value = ratio(medians["sql-2x8"], max(tasks_db))
+            ctx.add(
+                Row(
+                    SHAPE,
+                    "the worker's statements alone / django-tasks-db best (no worker reaches more)",
+                    value,
+                    "x",
+                )
+            )
     load_end = loadavg()
     ctx.add(
         Row(

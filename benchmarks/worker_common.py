@@ -439,6 +439,32 @@ class Runledger(System):
             raise RuntimeError(f"runledger: {attempts} attempts, {jobs} succeeded, {count} jobs")
 
 
+class StatementsOnly(Runledger):
+    """The worker's claim and success statements run back to back by ``sql_drain``, with no
+    worker around them: the bound any runtime on these statements and this schema meets."""
+
+    name = "runledger statements only"
+
+    def __init__(self, batch: int = 8) -> None:
+        super().__init__()
+        self.batch = batch
+        self.min_connections = 1
+
+    def argv(self, concurrency: int, *options: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "benchmarks.sql_drain",
+            "--job-type",
+            self.job_type,
+            "--threads",
+            str(concurrency),
+            "--batch",
+            str(self.batch),
+            *options,
+        ]
+
+
 class TasksDb(System):
     name = "django-tasks-db"
 

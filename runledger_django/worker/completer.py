@@ -1,18 +1,21 @@
 """Group commit of successes: executors that finish together share one statement.
 
 One fenced statement per success spends most of the database's time planning, committing and
-flushing the same small write. Here the first executor to hand in a success writes it at once
-on its own connection (at low load a success costs what it always did); executors finishing
-while that write runs queue theirs, and the next of them writes the whole queue in one
-statement. No thread of its own, no connection of its own: a writer is always an executor
-that has a success to record. Failures stay one statement each: they are rarer, and each
-decides its own retry or dead letter.
+flushing the same small write. Here the first executor to hand in a success becomes the writer:
+if other jobs of the worker are in flight it waits a moment for theirs (jobs claimed together
+finish together), otherwise it writes at once (at low load a success costs what it always
+did). Executors finishing while a write runs queue theirs, and the next of them writes the
+whole queue in one statement. No thread of its own, no connection of its own: a writer is
+always an executor that has a success to record. Failures stay one statement each: they are
+rarer, and each decides its own retry or dead letter.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from django.db import connections
@@ -23,6 +26,12 @@ from ..services.lifecycle import complete_jobs_success
 
 BATCH_MAX = 64
 """Successes one statement records at most."""
+GATHER_SECONDS = 0.001
+GATHER_GAP_SECONDS = 0.0003
+"""A writer waits for the successes of the other jobs in flight before it writes, while they
+keep arriving (at most this gap apart) and at most GATHER_SECONDS in all. Jobs claimed
+together tend to finish together: without the wait the first of them would always be written
+alone and the rest in a second statement."""
 
 
 @dataclass(eq=False)
@@ -39,6 +48,11 @@ class Completer:
     """Shared by the executors of one worker process."""
 
     using: str
+    running: Callable[[], int] | None = None
+    """How many jobs of the worker are in flight (their successes may be about to arrive);
+    None: write at once."""
+    gather_seconds: float = GATHER_SECONDS
+    gather_gap_seconds: float = GATHER_GAP_SECONDS
     _pending: list[_Success] = field(default_factory=list)
     _writing: bool = False
     _changed: threading.Condition = field(default_factory=threading.Condition)
@@ -53,14 +67,16 @@ class Completer:
         mine = _Success(lease, output_text)
         with self._changed:
             self._pending.append(mine)
+            self._changed.notify_all()  # a gathering writer counts the arrivals
             while True:
                 while self._writing and not mine.done:
                     self._changed.wait()
                 if mine.done:
                     break
+                self._writing = True  # followers wait while this writer gathers
+                self._gather()
                 batch = self._pending[:BATCH_MAX]
                 del self._pending[:BATCH_MAX]
-                self._writing = True
                 self._changed.release()
                 try:
                     self._write(batch)
@@ -71,6 +87,22 @@ class Completer:
         if mine.error is not None:
             raise mine.error
         return mine.recorded
+
+    def _gather(self) -> None:
+        """Wait (the lock held by the caller is released meanwhile) for more successes: until
+        every job in flight has handed in its own, a batch is full, none came for
+        ``gather_gap_seconds``, or ``gather_seconds`` have passed."""
+        if self.running is None:
+            return
+        deadline = time.monotonic() + self.gather_seconds
+        while len(self._pending) < min(BATCH_MAX, self.running()):
+            left = deadline - time.monotonic()
+            arrived = len(self._pending)
+            if left <= 0:
+                return
+            self._changed.wait(min(left, self.gather_gap_seconds))
+            if len(self._pending) == arrived:
+                return
 
     def _write(self, batch: list[_Success]) -> None:
         recorded: set[uuid.UUID] = set()

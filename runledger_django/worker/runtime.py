@@ -57,6 +57,13 @@ HOT_SECONDS = 0.05
 """After a wake-up or a non-empty claim, keep looking this long (every HOT_TICK_SECONDS):
 work committed just after a coalesced notification is found without waiting for a poll."""
 HOT_TICK_SECONDS = 0.01
+BATCH_WAIT_MAX_SECONDS = 0.005
+BATCH_WAIT_FRACTION = 0.2
+"""With a deep queue (the last claim was full), a claim waits until half the executors are
+free, at most this fraction of a job's typical run and never more than the maximum: one
+statement then leases a batch instead of one job per finished handler. Each claim costs the
+database about as much as a batch of eight does, so on a busy queue this is what bounds the
+drain rate; an idle or shallow queue never waits."""
 IDLE_CHECK_SECONDS = 5.0
 """An executor idle this long checks its connections before the next handler runs."""
 MIN_REFRESH_SECONDS = 5.0
@@ -136,6 +143,24 @@ class _Counts:
             )
 
 
+class _RunTime:
+    """The typical time from dispatch to a recorded outcome (an exponential average)."""
+
+    WEIGHT = 0.1
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seconds = 0.0
+
+    def add(self, seconds: float) -> None:
+        with self.lock:
+            self.seconds = (
+                seconds
+                if not self.seconds
+                else (self.seconds + self.WEIGHT * (seconds - self.seconds))
+            )
+
+
 class Worker:
     """One worker process's runtime. ``run()`` returns when stopped, drained (burst), stuck or
     cut off from the database for too long; the exit code says which."""
@@ -155,6 +180,7 @@ class Worker:
         self.force = force or threading.Event()
         self.on_run = on_run
         self.counts = _Counts()
+        self.run_time = _RunTime()
         self.inflight: dict[JobLease, Execution] = {}
         self.inflight_lock = threading.Lock()
         self.wake = threading.Event()
@@ -175,7 +201,9 @@ class Worker:
         self._epochs = itertools.count(1)
         self.defined: set[str] = set()
         """Job types whose definition this worker made sure of."""
-        self.completer = Completer(using=config.using) if config.concurrency > 1 else None
+        self.completer = (
+            Completer(using=config.using, running=self.busy) if config.concurrency > 1 else None
+        )
         """Executors finishing together record their successes in one statement."""
         self.stuck = False
         self.outage_error: OutageLimitExceededError | None = None
@@ -254,6 +282,7 @@ class Worker:
     def _finished(self, execution: Execution, run: JobRun) -> None:
         execution.run = run
         execution.done.set()
+        self.run_time.add(time.monotonic() - execution.started)
         with self.inflight_lock:
             self.inflight.pop(execution.lease, None)
         self.counts.add(run)
@@ -428,6 +457,7 @@ class Worker:
         next_poll = 0.0
         hot_until = 0.0
         claim_more = True
+        batch_until: float | None = None
         while not self.stop.is_set():
             now = time.monotonic()
             self._enforce_deadlines(now)
@@ -448,7 +478,11 @@ class Worker:
             free = config.concurrency - self.busy()
             idle = self.busy() == 0
             wanted = claim_more or now >= next_poll or now < hot_until or (config.burst and idle)
-            if free > 0 and wanted:
+            if free > 0 and wanted and claim_more and not idle:
+                batch_until = self._batch_until(free, now, batch_until)
+            else:
+                batch_until = None
+            if free > 0 and wanted and batch_until is None:
                 claimed = self._with_database(partial(self._claim, free))
                 if claimed is None:
                     continue
@@ -459,9 +493,22 @@ class Worker:
                     hot_until = time.monotonic() + HOT_SECONDS
                 elif config.burst and idle:
                     return "burst finished: nothing due"
-            self.wake.wait(self._wait_seconds(next_poll, next_reap, hot_until, claim_more))
+            self.wake.wait(
+                self._wait_seconds(next_poll, next_reap, hot_until, claim_more, batch_until)
+            )
             self.wake.clear()
         return "stopped" if self.outage_error is not None else "stopped by signal"
+
+    def _batch_until(self, free: int, now: float, until: float | None) -> float | None:
+        """When a claim for ``free`` executors on a deep queue should go out (None: now):
+        once half the executors are free, or when the wait for them has lasted long enough."""
+        if free * 2 >= self.config.concurrency:
+            return None
+        if until is None:
+            with self.run_time.lock:
+                typical = self.run_time.seconds
+            until = now + min(BATCH_WAIT_MAX_SECONDS, BATCH_WAIT_FRACTION * typical)
+        return None if now >= until else until
 
     def _claim(self, free: int) -> list[ClaimedJob]:
         if self.config.burst and self.config.promote:
@@ -475,13 +522,20 @@ class Worker:
         )
 
     def _wait_seconds(
-        self, next_poll: float, next_reap: float, hot_until: float, claim_more: bool
+        self,
+        next_poll: float,
+        next_reap: float,
+        hot_until: float,
+        claim_more: bool,
+        batch_until: float | None,
     ) -> float:
         now = time.monotonic()
         has_room = self.busy() < self.config.concurrency
-        if has_room and claim_more:
+        if has_room and claim_more and batch_until is None:
             return 0.0
         candidates = [next_reap]
+        if batch_until is not None:
+            candidates.append(batch_until)
         if has_room:
             candidates.append(now + HOT_TICK_SECONDS if now < hot_until else next_poll)
         with self.timers_lock:

@@ -199,3 +199,52 @@ def _walk(node: dict[str, Any]) -> Any:
     yield node
     for child in node.get("Plans", []):
         yield from _walk(child)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completer__other_jobs_in_flight__the_writer_waits_for_their_successes_one_statement(
+    enqueue: Enqueue, in_thread: InThread
+) -> None:
+    first, second, third = (claim_one().lease for _ in [enqueue() for _ in range(3)])
+    # Long enough that only the arrivals can end the wait within the test's timeout.
+    completer = Completer(
+        using="default", running=lambda: 3, gather_seconds=600, gather_gap_seconds=600
+    )
+    writer = in_thread(completer.succeed, first, None)
+    wait_until(lambda: completer._writing, what="the first success gathering")
+    assert job_row(first.job_id)["status"] == "LEASED"  # nothing written while it gathers
+    followers = [in_thread(completer.succeed, lease, None) for lease in (second, third)]
+
+    assert [f.result(timeout=30) for f in (writer, *followers)] == [True, True, True]
+    finished = {job_row(lease.job_id)["finished_at"] for lease in (first, second, third)}
+    assert len(finished) == 1  # now() is the transaction's start: one statement wrote all
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completer__nothing_else_in_flight__the_success_is_written_at_once(
+    enqueue: Enqueue, in_thread: InThread
+) -> None:
+    enqueue()
+    lease = claim_one().lease
+    completer = Completer(
+        using="default", running=lambda: 1, gather_seconds=600, gather_gap_seconds=600
+    )
+
+    # A writer that waited would take ten minutes.
+    assert in_thread(completer.succeed, lease, None).result(timeout=30) is True
+    assert job_row(lease.job_id)["status"] == "SUCCEEDED"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_completer__no_success_arrives_within_the_gap__the_writer_stops_waiting(
+    enqueue: Enqueue, in_thread: InThread
+) -> None:
+    enqueue()
+    lease = claim_one().lease
+    # Two others in flight that never finish: only the gap ends the wait.
+    completer = Completer(
+        using="default", running=lambda: 3, gather_seconds=600, gather_gap_seconds=0.05
+    )
+
+    assert in_thread(completer.succeed, lease, None).result(timeout=30) is True
+    assert job_row(lease.job_id)["status"] == "SUCCEEDED"
