@@ -194,24 +194,69 @@ def compact_sql(sql: str) -> str:
     return "".join(out).strip()
 
 
+def run_capped_together(
+    using: str,
+    statements: tuple[str, ...],
+    params: dict[str, Any],
+    *,
+    lock_ms: int,
+    statement_ms: int,
+    tag: str,
+    context: str,
+) -> list[list[tuple[Any, ...]]]:
+    """``run_capped`` for several statements in one transaction (one round trip outside a
+    transaction): each statement's rows, in order. Any failure rolls all of them back."""
+    caps = {
+        "cap_lock_ms": lock_ms,
+        "cap_lock_text": timeout_text(lock_ms),
+        "cap_statement_ms": statement_ms,
+        "cap_statement_text": timeout_text(statement_ms),
+    }
+    try:
+        return _run_capped_each(using, statements, params, caps, context, tag=tag)
+    except DatabaseError as exc:
+        raise classify(exc, context) from exc
+
+
 def _run_capped(
     using: str, sql: str, params: dict[str, Any], caps: dict[str, Any], context: str
 ) -> list[tuple[Any, ...]]:
+    return _run_capped_each(using, (sql,), params, caps, context, tag="")[0]
+
+
+def _run_capped_each(
+    using: str,
+    statements: tuple[str, ...],
+    params: dict[str, Any],
+    caps: dict[str, Any],
+    context: str,
+    *,
+    tag: str,
+) -> list[list[tuple[Any, ...]]]:
     connection = connections[using]
+    results: list[list[tuple[Any, ...]]] = []
     if (
         connection.get_autocommit()
         and not connection.in_atomic_block
         and uses_client_side_binding(using)
     ):
         with connection.cursor() as cursor:
-            execute(cursor, _with_caps(sql), {**params, **caps}, context=context)
-            cursor.nextset()
-            return list(cursor.fetchall()) if cursor.description else []
+            execute(
+                cursor,
+                _with_caps(tag + ";\n".join(statements)),
+                {**params, **caps},
+                context=context,
+            )
+            for _ in statements:
+                cursor.nextset()
+                results.append(list(cursor.fetchall()) if cursor.description else [])
+            return results
     with transaction.atomic(using=using), connection.cursor() as cursor:
         row = execute(cursor, job_queries.CAP_LIFECYCLE_TIMEOUTS, caps, context=context).fetchone()
         assert row is not None  # noqa: S101  (the statement always returns one row)
-        rows = execute(cursor, sql, params, context=context)
-        result = list(rows.fetchall()) if rows.description else []
+        for sql in statements:
+            rows = execute(cursor, sql, params, context=context)
+            results.append(list(rows.fetchall()) if rows.description else [])
         for name, previous in zip(job_queries.CAPPED_SETTINGS, row, strict=False):
             restore_setting(cursor, name, str(previous))
-        return result
+        return results

@@ -12,16 +12,21 @@ from django.db import DatabaseError
 
 from ..db import job_queries
 from ..db.classify import classify, is_session_fatal
+from ..db.transaction import run_capped_together
 from ..domain import PAGE_LIMIT_MAX, ClaimedJob, JobDefaults, JobLease
 from ..errors import CATALOG, Code, RunledgerError
 from ..models import JobDefinition
 from ..validation import validate_job_types, validate_page
 from ._lease import (
     DEFAULT_USING,
+    LOCK_CAP_MS,
+    STATEMENT_CAP_MS,
+    leases_params,
     transition,
     validate_lease_seconds,
     validate_worker_id,
 )
+from .lifecycle import complete_jobs_success
 
 logger = logging.getLogger(__name__)
 
@@ -120,26 +125,78 @@ def claim_jobs(
             ``job.invalid_job_type`` or ``job.invalid_argument`` before any SQL; a classified
             database error.
     """
-    types = validate_job_types(job_types)
-    page = validate_page(limit, 0, max_limit=PAGE_LIMIT_MAX)
-    seconds = validate_lease_seconds(lease_seconds)
-    worker = validate_worker_id(worker_id)
-    if not types:
+    params = _claim_params(job_types, worker_id, limit, lease_seconds)
+    if params is None:
         return []
-    params = {
-        "job_types": types,
-        "limit": page.limit,
-        "head_window": resource_head_window(page.limit),
-        "worker_id": worker,
-        "lease_seconds": seconds,
-    }
     try:
         rows = transition(using, job_queries.CLAIM_JOBS, params, context="claim jobs")
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
             raise
         rows = _claim_row_by_row(params, using)
-    return [_decode_claimed(row, worker) for row in rows]
+    return [_decode_claimed(row, params["worker_id"]) for row in rows]
+
+
+def complete_and_claim(
+    successes: Sequence[tuple[JobLease, str | None]],
+    job_types: Sequence[str],
+    *,
+    limit: int,
+    lease_seconds: int,
+    using: str = DEFAULT_USING,
+) -> tuple[set[uuid.UUID], list[ClaimedJob]]:
+    """Record the successes of one worker (``complete_jobs_success``) and lease up to
+    ``limit`` next jobs for it (``claim_jobs``), in one transaction and one round trip: on a
+    busy queue a finished job's slot is refilled for the cost of one commit, not two.
+
+    Returns the ids recorded (the fence refused the others) and the jobs claimed.
+
+    Transaction: its own (or the caller's atomic block). Nothing is recorded or claimed when
+    either part fails; there is no row-by-row fallback here: the caller writes the successes
+    alone and claims through ``claim_jobs``, which isolates a job that cannot be leased.
+
+    Raises:
+        RunledgerError: ``job.invalid_argument`` (and the claim's validation codes) before
+            any SQL; a classified database error.
+    """
+    leases = leases_params([lease for lease, _ in successes])
+    if not leases["job_ids"]:
+        return set(), []
+    claim = _claim_params(job_types, leases["worker_id"], limit, lease_seconds)
+    if claim is None:
+        return complete_jobs_success(successes, using=using), []
+    done, claimed = run_capped_together(
+        using,
+        (job_queries.COMPLETE_SUCCESS_MANY, job_queries.CLAIM_JOBS),
+        {**claim, **leases, "outputs": [text for _, text in successes]},
+        lock_ms=LOCK_CAP_MS,
+        statement_ms=STATEMENT_CAP_MS,
+        tag="/* runledger:complete_and_claim */\n",
+        context="complete jobs and claim the next",
+    )
+    return (
+        {row[0] for row in done},
+        [_decode_claimed(row, claim["worker_id"]) for row in claimed],
+    )
+
+
+def _claim_params(
+    job_types: Sequence[str], worker_id: str, limit: int, lease_seconds: int
+) -> dict[str, Any] | None:
+    """The claim statement's parameters, validated (None: no job types, nothing to claim)."""
+    types = validate_job_types(job_types)
+    page = validate_page(limit, 0, max_limit=PAGE_LIMIT_MAX)
+    seconds = validate_lease_seconds(lease_seconds)
+    worker = validate_worker_id(worker_id)
+    if not types:
+        return None
+    return {
+        "job_types": types,
+        "limit": page.limit,
+        "head_window": resource_head_window(page.limit),
+        "worker_id": worker,
+        "lease_seconds": seconds,
+    }
 
 
 def _claim_row_by_row(params: dict[str, Any], using: str) -> list[tuple[Any, ...]]:

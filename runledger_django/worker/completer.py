@@ -6,8 +6,10 @@ if other jobs of the worker are in flight it waits a moment for theirs (jobs cla
 finish together), otherwise it writes at once (at low load a success costs what it always
 did). Executors finishing while a write runs queue theirs, and the next of them writes the
 whole queue in one statement. No thread of its own, no connection of its own: a writer is
-always an executor that has a success to record. Failures stay one statement each: they are
-rarer, and each decides its own retry or dead letter.
+always an executor that has a success to record. On a deep queue the same statement claims
+the next jobs for the executors it frees (``Refill``): a busy worker then spends one commit per
+batch of jobs instead of two. Failures stay one statement each: they are rarer, and each
+decides its own retry or dead letter.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from django.db import connections
 
-from ..domain import JobLease
+from ..domain import ClaimedJob, JobLease
 from ..errors import Code, RunledgerError
+from ..services.claim import complete_and_claim
 from ..services.lifecycle import complete_jobs_success
 
 BATCH_MAX = 64
@@ -43,6 +46,21 @@ class _Success:
     done: bool = False
 
 
+@dataclass(frozen=True)
+class Refill:
+    """How a worker takes new jobs in the statement that records successes: each success
+    frees its executor, so the write claims as many next jobs as it records successes."""
+
+    job_types: Callable[[], Sequence[str] | None]
+    """The job types to claim now, or None when the worker wants no jobs from this write (a
+    shallow queue, which its loop claims on wake-ups, or a worker that is stopping)."""
+    claimed: Callable[[list[ClaimedJob], int], None]
+    """Takes the jobs claimed and how many were asked for (it runs them, or hands them
+    back when the worker began to stop meanwhile); no jobs when the write failed. Must not
+    raise."""
+    lease_seconds: int
+
+
 @dataclass
 class Completer:
     """Shared by the executors of one worker process."""
@@ -51,6 +69,7 @@ class Completer:
     running: Callable[[], int] | None = None
     """How many jobs of the worker are in flight (their successes may be about to arrive);
     None: write at once."""
+    refill: Refill | None = None
     gather_seconds: float = GATHER_SECONDS
     gather_gap_seconds: float = GATHER_GAP_SECONDS
     _pending: list[_Success] = field(default_factory=list)
@@ -106,10 +125,20 @@ class Completer:
 
     def _write(self, batch: list[_Success]) -> None:
         recorded: set[uuid.UUID] = set()
+        successes = [(item.lease, item.output_text) for item in batch]
+        job_types = self.refill.job_types() if self.refill is not None else None
+        claimed: list[ClaimedJob] | None = None
         try:
-            recorded = complete_jobs_success(
-                [(item.lease, item.output_text) for item in batch], using=self.using
-            )
+            if self.refill is not None and job_types:
+                recorded, claimed = complete_and_claim(
+                    successes,
+                    job_types,
+                    limit=len(batch),
+                    lease_seconds=self.refill.lease_seconds,
+                    using=self.using,
+                )
+            else:
+                recorded = complete_jobs_success(successes, using=self.using)
         except RunledgerError as error:
             # A connection the error broke (a server restart) is not this thread's to keep.
             connections[self.using].close_if_unusable_or_obsolete()
@@ -126,3 +155,7 @@ class Completer:
             for item in batch:
                 item.recorded = item.lease.job_id in recorded
                 item.done = True
+        if self.refill is not None and job_types:
+            # After a failed write too (nothing claimed): the loop claims again, and its claim
+            # is the one that isolates a job that cannot be leased.
+            self.refill.claimed(claimed or [], len(batch))

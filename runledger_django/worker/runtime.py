@@ -36,7 +36,7 @@ from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
 from ..uuid7 import uuid7
-from .completer import Completer
+from .completer import Completer, Refill
 from .execution import (
     Execution,
     JobRun,
@@ -201,10 +201,23 @@ class Worker:
         self._epochs = itertools.count(1)
         self.defined: set[str] = set()
         """Job types whose definition this worker made sure of."""
-        self.completer = (
-            Completer(using=config.using, running=self.busy) if config.concurrency > 1 else None
+        self.deep = False
+        """The last claim came back full: more jobs are probably due. Successes then claim
+        the next jobs in their own statement (``Refill``)."""
+        self.dispatch_lock = threading.Lock()
+        """Held while jobs claimed outside the loop are dispatched, and while the worker
+        begins to stop: a job is either dispatched before shutdown looks, or handed back."""
+        self.completer = Completer(
+            using=config.using,
+            running=self.busy,
+            refill=Refill(
+                job_types=self._refill_job_types,
+                claimed=self._refilled,
+                lease_seconds=config.lease_seconds,
+            ),
         )
-        """Executors finishing together record their successes in one statement."""
+        """Executors finishing together record their successes in one statement, which on a
+        deep queue also claims their next jobs."""
         self.stuck = False
         self.outage_error: OutageLimitExceededError | None = None
 
@@ -305,6 +318,35 @@ class Worker:
         # Database time to local monotonic time, through the claim's timestamp.
         delay = (run.next_run_at - execution.claimed.claimed_at).total_seconds()
         self.wake_at(execution.started + max(0.0, delay))
+
+    def _refill_job_types(self) -> list[str] | None:
+        if not self.deep or self.stop.is_set() or self.background_stop.is_set():
+            return None
+        return self.config.job_types
+
+    def _refilled(self, claimed: list[ClaimedJob], asked: int) -> None:
+        """Run jobs a success statement claimed; hand them back if the worker began to stop
+        while that statement ran (shutdown no longer looks for new work)."""
+        self.deep = len(claimed) == asked
+        if not claimed:
+            return
+        with self.dispatch_lock:
+            if not self.background_stop.is_set():
+                self._dispatch(claimed)
+                return
+        try:
+            hand_back_leases(
+                [job.lease for job in claimed], reason=SHUTDOWN_REASON, using=self.config.using
+            )
+        except RunledgerError as error:
+            logger.warning(
+                "could not hand back jobs claimed while stopping; the reaper will take them "
+                "error_code=%s",
+                error.code,
+                extra={"runledger": error.log_fields()},
+            )
+        else:
+            wake_after_commit(self.config.using, JOBS_CHANNEL)
 
     def _promoter(self) -> None:
         """Promote intents of the worker's job types; wake the claim loop when jobs appear."""
@@ -487,7 +529,7 @@ class Worker:
                 if claimed is None:
                     continue
                 self._dispatch(claimed)
-                claim_more = len(claimed) == free
+                claim_more = self.deep = len(claimed) == free
                 next_poll = time.monotonic() + config.poll_interval
                 if claimed:
                     hot_until = time.monotonic() + HOT_SECONDS
@@ -622,7 +664,8 @@ class Worker:
         """Claim nothing more; let handlers finish within the grace period (unless
         ``immediately``); hand back the leases of the rest; stop the threads."""
         config = self.config
-        self.background_stop.set()
+        with self.dispatch_lock:
+            self.background_stop.set()
         self.promoter_wake.set()
         deadline = time.monotonic() + (0.0 if immediately else config.grace_seconds)
         while self._running() and time.monotonic() < deadline and not self.force.is_set():

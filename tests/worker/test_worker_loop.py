@@ -203,6 +203,24 @@ def test_worker__batch_full__claims_the_next_batch_without_waiting_for_the_poll(
 # --- handlers that fail, panic or crash the thread they run on -------------------------------------
 
 
+def test_worker__deep_queue__each_success_claims_the_next_job_in_its_statement(
+    enqueue: Enqueue, start_worker: StartWorker
+) -> None:
+    for _ in range(6):
+        enqueue()
+    running = start_worker({TYPE: lambda job: None}, concurrency=1)
+
+    wait_until(all_succeeded(6), what="the queue to drain")
+
+    assert running.finish().report.claimed == 6
+    times = JobAttempt.objects.values_list("leased_at", "finished_at")
+    leased = {leased_at for leased_at, _ in times}
+    finished = {finished_at for _, finished_at in times}
+    # The loop claimed the first job; every later one was claimed by the statement that
+    # recorded the success before it.
+    assert len(leased & finished) == 5
+
+
 def test_worker__handler_raises_or_panics__worker_goes_on(
     enqueue: Enqueue, start_worker: StartWorker
 ) -> None:
