@@ -74,7 +74,16 @@ class Completer:
     gather_gap_seconds: float = GATHER_GAP_SECONDS
     _pending: list[_Success] = field(default_factory=list)
     _writing: bool = False
-    _changed: threading.Condition = field(default_factory=threading.Condition)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _changed: threading.Condition = field(init=False)
+    """Notified when a write ends: its successes are done, and another may begin."""
+    _arrived: threading.Condition = field(init=False)
+    """Notified when a success is handed in: only a gathering writer waits on it, so an
+    arrival wakes one thread, not every executor queued behind the write."""
+
+    def __post_init__(self) -> None:
+        self._changed = threading.Condition(self._lock)
+        self._arrived = threading.Condition(self._lock)
 
     def succeed(self, lease: JobLease, output_text: str | None) -> bool:
         """Record ``lease``'s success; return False when the lease fence refused it.
@@ -86,7 +95,7 @@ class Completer:
         mine = _Success(lease, output_text)
         with self._changed:
             self._pending.append(mine)
-            self._changed.notify_all()  # a gathering writer counts the arrivals
+            self._arrived.notify()  # a gathering writer counts the arrivals
             while True:
                 while self._writing and not mine.done:
                     self._changed.wait()
@@ -119,7 +128,7 @@ class Completer:
             arrived = len(self._pending)
             if left <= 0:
                 return
-            self._changed.wait(min(left, self.gather_gap_seconds))
+            self._arrived.wait(min(left, self.gather_gap_seconds))
             if len(self._pending) == arrived:
                 return
 
