@@ -1,7 +1,7 @@
 """(a) Recording, one request for work per transaction: record_intent against a plain ORM
 insert and against the peers' enqueue, in the same run.
 
-The contenders, interleaved op by op with the order rotating every round:
+The contenders, interleaved op by op in a freshly shuffled order every round:
 
 - ``record_intent``: validation, the canonical snapshot, the keyed insert (its own READ
   COMMITTED transaction outside an atomic block);

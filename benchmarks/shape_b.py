@@ -1,7 +1,7 @@
 """(b) Recording, 1,000 requests for work in one transaction: the contenders of (a).
 
 Each contender runs whole 1,000-op transactions, interleaved transaction by transaction with the
-order rotating; the tables keep growing across rounds, the same for everyone.
+order shuffled; the tables keep growing across rounds, the same for everyone.
 """
 
 from __future__ import annotations

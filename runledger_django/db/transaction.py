@@ -137,17 +137,15 @@ def run_capped(
     Inside the caller's atomic block (or with server-side binding, which allows one statement
     per execute) it runs in a savepoint and puts every setting back exactly afterwards.
     """
-    caps = {
-        "cap_lock_ms": lock_ms,
-        "cap_lock_text": timeout_text(lock_ms),
-        "cap_statement_ms": statement_ms,
-        "cap_statement_text": timeout_text(statement_ms),
-    }
-    try:
-        return _run_capped(using, sql, params, caps, context)
-    except DatabaseError as exc:
-        # Opening the connection (or a savepoint on a dead one) fails outside execute().
-        raise classify(exc, context) from exc
+    return run_capped_together(
+        using,
+        (sql,),
+        params,
+        lock_ms=lock_ms,
+        statement_ms=statement_ms,
+        tag="",
+        context=context,
+    )[0]
 
 
 @functools.lru_cache(maxsize=64)
@@ -215,13 +213,8 @@ def run_capped_together(
     try:
         return _run_capped_each(using, statements, params, caps, context, tag=tag)
     except DatabaseError as exc:
+        # Opening the connection (or a savepoint on a dead one) fails outside execute().
         raise classify(exc, context) from exc
-
-
-def _run_capped(
-    using: str, sql: str, params: dict[str, Any], caps: dict[str, Any], context: str
-) -> list[tuple[Any, ...]]:
-    return _run_capped_each(using, (sql,), params, caps, context, tag="")[0]
 
 
 def _run_capped_each(

@@ -221,30 +221,22 @@ def test_completer__other_jobs_in_flight__the_writer_waits_for_their_successes_o
 
 
 @pytest.mark.django_db(transaction=True)
-def test_completer__nothing_else_in_flight__the_success_is_written_at_once(
-    enqueue: Enqueue, in_thread: InThread
+@pytest.mark.parametrize(
+    ("in_flight", "gap"),
+    [(1, 600.0), (3, 0.05)],
+    # Alone: nothing to wait for. With two others in flight that never finish: only the gap
+    # ends the wait.
+    ids=["nothing-else-in-flight", "no-success-within-the-gap"],
+)
+def test_completer__no_success_to_wait_for__the_writer_does_not_wait_out_the_window(
+    enqueue: Enqueue, in_thread: InThread, in_flight: int, gap: float
 ) -> None:
     enqueue()
     lease = claim_one().lease
     completer = Completer(
-        using="default", running=lambda: 1, gather_seconds=600, gather_gap_seconds=600
+        using="default", running=lambda: in_flight, gather_seconds=600, gather_gap_seconds=gap
     )
 
-    # A writer that waited would take ten minutes.
-    assert in_thread(completer.succeed, lease, None).result(timeout=30) is True
-    assert job_row(lease.job_id)["status"] == "SUCCEEDED"
-
-
-@pytest.mark.django_db(transaction=True)
-def test_completer__no_success_arrives_within_the_gap__the_writer_stops_waiting(
-    enqueue: Enqueue, in_thread: InThread
-) -> None:
-    enqueue()
-    lease = claim_one().lease
-    # Two others in flight that never finish: only the gap ends the wait.
-    completer = Completer(
-        using="default", running=lambda: 3, gather_seconds=600, gather_gap_seconds=0.05
-    )
-
+    # A writer that waited out the window would take ten minutes.
     assert in_thread(completer.succeed, lease, None).result(timeout=30) is True
     assert job_row(lease.job_id)["status"] == "SUCCEEDED"
