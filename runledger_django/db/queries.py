@@ -184,34 +184,19 @@ SELECT EXISTS (
 
 # --- intent recording (INSERT ... ON CONFLICT ... WHERE, FOR KEY SHARE) ---------------------
 
-# The id is made by the caller, so nothing is returned: the row count says whether the row
-# went in. CAST(... AS integer), not ::integer: Django binds client-side, and
-# "-2147483648::integer" parses as -(2147483648::integer), which overflows for the smallest
-# priority. The isolation check is folded into the insert to save a round trip; when it fails
-# nothing is written and the caller runs SHOW transaction_isolation to report it. The text
-# carries no SQL comments: the server parses it on every call.
-_RECORD_INTENT_HEAD: Final[LiteralString] = """INSERT INTO runledger_job_enqueue_intents (
-id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds, next_run_at,
-idempotency_key, stage, enqueue_request_version, enqueue_request, execution_resource_key)
-SELECT %(id)s, %(job_type)s, %(organization_id)s, %(payload)s::jsonb,
+# The insert is runledger_record_intent (migration 0008): INSERT ... ON CONFLICT DO NOTHING
+# with the arbiter of the intent's scope, which blocks behind an uncommitted recorder of the
+# same key; a PL/pgSQL function, so the session plans it once instead of on every call. It
+# returns whether the row went in (the id is made by the caller). The isolation check is in
+# the function to save a round trip: under a stricter level nothing is written, it returns
+# false, and the caller runs SHOW transaction_isolation to report it. CAST(... AS integer),
+# not ::integer: Django binds client-side, and "-2147483648::integer" parses as
+# -(2147483648::integer), which overflows for the smallest priority.
+RECORD_INTENT: Final[LiteralString] = """SELECT runledger_record_intent(
+%(id)s, %(job_type)s, %(organization_id)s::uuid, %(payload)s::jsonb,
 CAST(%(priority)s AS integer), CAST(%(max_attempts)s AS integer),
-CAST(%(timeout_seconds)s AS integer), %(next_run_at)s::timestamptz,
-%(idempotency_key)s, %(stage)s, 1, %(snapshot)s::jsonb, %(execution_resource_key)s
-WHERE current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')
-"""
-
-# Organization scope; blocks behind an uncommitted recorder of the same key, then DO NOTHING.
-RECORD_INTENT_ORG: Final[LiteralString] = (
-    _RECORD_INTENT_HEAD
-    + "ON CONFLICT (job_type, organization_id, idempotency_key) WHERE organization_id IS NOT NULL"
-    " DO NOTHING"
-)
-
-# Global scope (organization_id is NULL).
-RECORD_INTENT_GLOBAL: Final[LiteralString] = (
-    _RECORD_INTENT_HEAD
-    + "ON CONFLICT (job_type, idempotency_key) WHERE organization_id IS NULL DO NOTHING"
-)
+CAST(%(timeout_seconds)s AS integer), %(next_run_at)s::timestamptz, %(idempotency_key)s,
+%(stage)s, %(snapshot)s::jsonb, %(execution_resource_key)s)"""
 
 _FIND_EXISTING_INTENT: Final[LiteralString] = """
 SELECT id, status, promoted_job_id, enqueue_request = %(snapshot)s::jsonb AS same_request

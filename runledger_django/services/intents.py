@@ -110,11 +110,6 @@ def record_prepared(
 def _insert(
     cursor: CursorWrapper, request: EnqueueRequest, intent_id: uuid.UUID
 ) -> IntentOutcome | None:
-    sql = (
-        queries.RECORD_INTENT_GLOBAL
-        if request.organization_id is None
-        else queries.RECORD_INTENT_ORG
-    )
     params = {
         "id": intent_id,
         "job_type": request.job_type,
@@ -129,7 +124,8 @@ def _insert(
         "snapshot": request.snapshot_json,
         "execution_resource_key": request.execution_resource_key,
     }
-    if execute(cursor, sql, params, context="record job enqueue intent").rowcount != 1:
+    row = execute(cursor, queries.RECORD_INTENT, params, context="record job enqueue intent")
+    if not row.fetchone()[0]:
         return None
     return IntentOutcome(
         intent_id=intent_id, status=IntentStatus.PENDING, job_id=None, disposition="inserted"

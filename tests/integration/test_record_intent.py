@@ -15,7 +15,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, LiteralString
 
 import psycopg
 import pytest
@@ -379,7 +379,7 @@ def test_record_intent__existing_vanishes_before_lookup__retries_and_inserts(
     assert retry.status == IntentStatus.PENDING
     assert retry.intent_id != first.intent_id
     assert list(JobEnqueueIntent.objects.values_list("id", flat=True)) == [retry.intent_id]
-    inserts = [q for q in queries.captured_queries if "INSERT INTO" in q["sql"]]
+    inserts = [q for q in queries.captured_queries if _kind(q["sql"]) == "RECORD"]
     assert len(inserts) == 2
 
 
@@ -402,7 +402,7 @@ def test_record_intent__existing_vanishes_twice__missing_existing_error() -> Non
         info.value, "job.intent_idempotency_conflict_missing_existing", ErrorCategory.INTERNAL
     )
     sqls = [q["sql"] for q in queries.captured_queries]
-    assert sum("INSERT INTO" in sql for sql in sqls) == 2
+    assert sum(_kind(sql) == "RECORD" for sql in sqls) == 2
     assert sum("FOR KEY SHARE" in sql for sql in sqls) == 2
 
 
@@ -512,7 +512,7 @@ def test_record_intent__inside_atomic__commits_nothing_itself(
             _record()
         assert _committed_count(observer) == 0
     assert _committed_count(observer) == 1
-    assert [q["sql"].split()[0] for q in queries.captured_queries] == ["INSERT"]  # no COMMIT
+    assert [_kind(q["sql"]) for q in queries.captured_queries] == ["RECORD"]  # no COMMIT
 
     with pytest.raises(RuntimeError), transaction.atomic():
         _record(key="key-2")
@@ -520,10 +520,16 @@ def test_record_intent__inside_atomic__commits_nothing_itself(
     assert _committed_count(observer, "key-2") == 0
 
 
+def _kind(sql: str) -> str:
+    """RECORD for record_intent's insert (a call of runledger_record_intent), else the
+    statement's first word."""
+    return "RECORD" if "runledger_record_intent(" in sql else sql.split()[0].upper()
+
+
 def _statements(queries: CaptureQueriesContext) -> list[str]:
-    """The first word of each statement, without transaction control (which Django 6 logs
-    and 5.2 does not)."""
-    words = [q["sql"].split()[0].upper() for q in queries.captured_queries]
+    """The kind of each statement, without transaction control (which Django 6 logs and 5.2
+    does not)."""
+    words = [_kind(q["sql"]) for q in queries.captured_queries]
     return [word for word in words if word not in {"BEGIN", "COMMIT", "ROLLBACK"}]
 
 
@@ -543,11 +549,11 @@ def test_record_intent__outside_atomic__commits_in_its_own_transaction(
     assert (existing.intent_id, existing.disposition) == (inserted.intent_id, "existing")
     # A new key is one autocommit statement; resolving an existing key needs the owned
     # READ COMMITTED transaction (the lone statement found the key taken).
-    assert _statements(new_key) == ["INSERT"]
+    assert _statements(new_key) == ["RECORD"]
     assert _statements(retry) == [
-        "INSERT",
+        "RECORD",
         "SET",
-        "INSERT",
+        "RECORD",
         "SHOW",
         "SELECT",
     ]
@@ -943,3 +949,57 @@ def test_record_intent__manual_repeatable_read_transaction__isolation_error() ->
     _assert_error(
         info.value, "job.intent_idempotency_unsupported_isolation", ErrorCategory.VALIDATION
     )
+
+
+# --- runledger_record_intent, the insert's function (migration 0008) ---------------------------
+
+
+def _call_record_function(
+    session: psycopg.Connection[Any], key: str, organization_id: uuid.UUID | None = None
+) -> bool:
+    row = session.execute(
+        "SELECT runledger_record_intent(%s, 'jobs.fn', %s, '{}', NULL, NULL, NULL, NULL, %s,"
+        " 'queued', '{}', NULL)",
+        [uuid.uuid4(), organization_id, key],
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_function__each_scope__inserts_once_per_key_then_answers_false(
+    open_session: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    session = open_session()
+    org = uuid.uuid4()
+
+    calls = [
+        _call_record_function(session, "k"),
+        _call_record_function(session, "k"),
+        _call_record_function(session, "k", org),  # the scopes' keys are independent
+        _call_record_function(session, "k", org),
+        _call_record_function(session, "k", uuid.uuid4()),
+    ]
+
+    assert calls == [True, False, True, False, True]
+    assert JobEnqueueIntent.objects.filter(job_type="jobs.fn").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    "set_level",
+    [
+        "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+        "SET TRANSACTION ISOLATION LEVEL SERIALIZABLE",
+    ],
+    ids=["repeatable-read", "serializable"],
+)
+def test_record_function__stricter_isolation__writes_nothing_and_answers_false(
+    open_session: Callable[..., psycopg.Connection[Any]], set_level: LiteralString
+) -> None:
+    session = open_session(autocommit=False)
+    session.execute(set_level)
+
+    assert _call_record_function(session, "k") is False
+    session.commit()
+    assert JobEnqueueIntent.objects.filter(job_type="jobs.fn").count() == 0

@@ -196,7 +196,7 @@ def test_enqueue__task_already_defined__one_query_on_the_callers_connection() ->
 
     statements = [q["sql"] for q in queries.captured_queries]
     assert len(statements) == 1, statements
-    assert "INSERT INTO runledger_job_enqueue_intents" in statements[0]
+    assert "runledger_record_intent(" in statements[0]  # the intent insert (migration 0008)
 
 
 def test_enqueue__sends_task_enqueued_with_the_backend_class(
