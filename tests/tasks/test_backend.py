@@ -18,6 +18,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -365,6 +366,31 @@ def test_get_result__intent_of_a_plain_job_type__does_not_exist() -> None:
 
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result(str(outcome.intent_id))
+
+
+def test_task_get_backend__django_s_backend__until_tasks_changes(settings: Any) -> None:
+    """The task remembers its backend per thread, and forgets it when TASKS changes (Django
+    then builds new backends, with the new options)."""
+    first = add.get_backend()
+    assert first is task_backends["default"]
+    assert add.get_backend() is first
+
+    settings.TASKS = {"default": {**TASK_TEST_SETTINGS["default"], "QUEUES": ["default"]}}
+
+    second = add.get_backend()
+    assert second is not first
+    assert second is task_backends["default"]
+    assert second.queues == {"default"}
+
+
+def test_task_get_backend__other_thread__its_own_backend_as_django_gives_it() -> None:
+    here = add.get_backend()
+
+    with ThreadPoolExecutor(1) as pool:
+        there = pool.submit(lambda: (add.get_backend(), task_backends["default"])).result()
+
+    assert there[0] is there[1]
+    assert here is task_backends["default"]
 
 
 def test_get_result__result_of_another_alias__does_not_exist(settings: Any) -> None:
