@@ -334,19 +334,24 @@ class Worker:
             if not self.background_stop.is_set():
                 self._dispatch(claimed)
                 return
+        self._hand_back([job.lease for job in claimed], SHUTDOWN_REASON)
+
+    def _hand_back(self, leases: list[JobLease], reason: str) -> int | None:
+        """Give ``leases`` back (their jobs due again at once) and wake the workers; how many
+        were handed back, or None when the hand-back failed (logged: the reaper takes them
+        once the leases expire)."""
         try:
-            hand_back_leases(
-                [job.lease for job in claimed], reason=SHUTDOWN_REASON, using=self.config.using
-            )
+            handed = hand_back_leases(leases, reason=reason, using=self.config.using)
         except RunledgerError as error:
-            logger.warning(
-                "could not hand back jobs claimed while stopping; the reaper will take them "
-                "error_code=%s",
+            logger.error(
+                "could not hand back job leases; the reaper will take them error_code=%s",
                 error.code,
                 extra={"runledger": error.log_fields()},
             )
-        else:
+            return None
+        if handed:
             wake_after_commit(self.config.using, JOBS_CHANNEL)
+        return len(handed)
 
     def _promoter(self) -> None:
         """Promote intents of the worker's job types; wake the claim loop when jobs appear."""
@@ -675,22 +680,11 @@ class Worker:
         leftovers = self._running()
         if leftovers:
             reason = STUCK_REASON if self.stuck else SHUTDOWN_REASON
-            try:
-                handed = hand_back_leases(
-                    [e.lease for e in leftovers], reason=reason, using=config.using
-                )
-            except RunledgerError as error:
-                logger.error(
-                    "could not hand back job leases; the reaper will take them error_code=%s",
-                    error.code,
-                    extra={"runledger": error.log_fields()},
-                )
-            else:
+            handed = self._hand_back([e.lease for e in leftovers], reason)
+            if handed is not None:
                 for execution in leftovers:
                     execution.mark_lost("handed back at shutdown")
-                logger.warning("handed back %d unfinished jobs at shutdown", len(handed))
-                if handed:
-                    wake_after_commit(config.using, JOBS_CHANNEL)
+                logger.warning("handed back %d unfinished jobs at shutdown", handed)
         for _ in range(config.concurrency):
             self.tasks.put(None)
 
