@@ -552,8 +552,7 @@ class Worker:
         if free * 2 >= self.config.concurrency:
             return None
         if until is None:
-            with self.run_time.lock:
-                typical = self.run_time.seconds
+            typical = self.run_time.seconds  # one float: read whole, no lock needed
             until = now + min(BATCH_WAIT_MAX_SECONDS, BATCH_WAIT_FRACTION * typical)
         return None if now >= until else until
 
