@@ -444,11 +444,11 @@ class StatementsOnly(Runledger):
     worker around them: the bound any runtime on these statements and this schema meets."""
 
     name = "runledger statements only"
+    min_connections = 1  # each thread's own connection; no listener
 
     def __init__(self, batch: int = 8) -> None:
         super().__init__()
         self.batch = batch
-        self.min_connections = 1
 
     def argv(self, concurrency: int, *options: str) -> list[str]:
         return [

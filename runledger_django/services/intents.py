@@ -124,8 +124,8 @@ def _insert(
         "snapshot": request.snapshot_json,
         "execution_resource_key": request.execution_resource_key,
     }
-    row = execute(cursor, queries.RECORD_INTENT, params, context="record job enqueue intent")
-    if not row.fetchone()[0]:
+    inserted = execute(cursor, queries.RECORD_INTENT, params, context="record job enqueue intent")
+    if not inserted.fetchone()[0]:
         return None
     return IntentOutcome(
         intent_id=intent_id, status=IntentStatus.PENDING, job_id=None, disposition="inserted"
