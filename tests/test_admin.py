@@ -18,9 +18,10 @@ from django.test import Client
 from django.urls import reverse
 from pytest_django import DjangoAssertNumQueries
 
-from runledger_django import admin as runledger_admin
 from runledger_django import enqueue_job, promote_intents, record_intent
-from runledger_django.admin import BoundedCountPaginator, JobEnqueueIntentAdmin
+from runledger_django.admin import jobs as runledger_admin
+from runledger_django.admin.intents import JobEnqueueIntentAdmin
+from runledger_django.admin.shared import BoundedCountPaginator
 from runledger_django.domain import ClaimedJob, FailureKind, JobFailure
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
 from runledger_django.services.claim import claim_jobs
