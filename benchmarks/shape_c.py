@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runledger_django.db import queries
+from runledger_django.db import session_queries
 
 from .common import (
     Context,
@@ -162,7 +162,7 @@ def drain_plain_sql() -> dict[str, Any]:
         started = time.monotonic()
         while True:
             with conn.cursor() as cursor:
-                cursor.execute(queries.PROMOTION_PLANNER_SETTINGS)
+                cursor.execute(session_queries.PROMOTION_PLANNER_SETTINGS)
                 cursor.execute(SET_BASED_PROMOTION, {"limit": BATCH, "types": JOB_TYPES})
                 affected = cursor.rowcount
             conn.commit()

@@ -1,7 +1,7 @@
 """(z) The database's own limit for the worker's statements, as sent today and as they could be.
 
 No worker process, no handler, no threads: one raw psycopg session drains a backlog of no-op
-jobs with the runtime's own claim and success statements (``db/job_queries.py``), back to back,
+jobs with the runtime's own claim and success statements (``db/lifecycle_queries.py``), back to back,
 durable commits. Three ways of sending them:
 
 - ``today``: as the runtime sends them, each with the timeout-cap prelude in the same
@@ -43,13 +43,15 @@ BATCHES = (1, 8)
 
 
 def _sender(mode: str, conn: Any) -> Callable[[str, dict[str, Any]], list[tuple[Any, ...]]]:
-    from runledger_django.db import job_queries
+    from runledger_django.db import session_queries
 
     cursor = conn.cursor()
 
     def send(statement: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
         if mode == "today":
-            cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS + ";\n" + statement, params | CAPS)
+            cursor.execute(
+                session_queries.CAP_LIFECYCLE_TIMEOUTS + ";\n" + statement, params | CAPS
+            )
             cursor.nextset()
         else:
             cursor.execute(statement, params, prepare=mode == "prepared")
@@ -63,7 +65,7 @@ def drain_raw(mode: str, batch: int, jobs: int) -> tuple[float, float | None]:
     the session's backend CPU per job in ms (None where /proc does not show the server)."""
     import psycopg
 
-    from runledger_django.db import job_queries
+    from runledger_django.db import lifecycle_queries
 
     system = Runledger()
     system.reset()
@@ -86,11 +88,12 @@ def drain_raw(mode: str, batch: int, jobs: int) -> tuple[float, float | None]:
         cpu_before = cpu_seconds(backend)
         done = 0
         started = time.perf_counter()
-        while rows := send(job_queries.CLAIM_JOBS, claim):
+        while rows := send(lifecycle_queries.CLAIM_JOBS, claim):
             for row in rows:
                 lease = {"job_id": row[0], "run_number": row[1], "attempt": row[2]}
                 if not send(
-                    job_queries.COMPLETE_SUCCESS, lease | {"worker_id": "bench-raw", "output": None}
+                    lifecycle_queries.COMPLETE_SUCCESS,
+                    lease | {"worker_id": "bench-raw", "output": None},
                 ):
                     raise RuntimeError("a success was refused by the lease fence")
                 done += 1

@@ -26,7 +26,7 @@ IDLE_SECONDS = 0.005
 def _drain(job_type: str, batch: int, stop: threading.Event, worker_id: str) -> None:
     from django.db import connections
 
-    from runledger_django.db import job_queries
+    from runledger_django.db import lifecycle_queries
     from runledger_django.services._lease import transition
 
     claim = {
@@ -38,13 +38,13 @@ def _drain(job_type: str, batch: int, stop: threading.Event, worker_id: str) -> 
     }
     try:
         while not stop.is_set():
-            rows = transition("default", job_queries.CLAIM_JOBS, claim, context="claim jobs")
+            rows = transition("default", lifecycle_queries.CLAIM_JOBS, claim, context="claim jobs")
             if not rows:
                 stop.wait(IDLE_SECONDS)
                 continue
             transition(
                 "default",
-                job_queries.COMPLETE_SUCCESS_MANY,
+                lifecycle_queries.COMPLETE_SUCCESS_MANY,
                 {
                     "job_ids": [row[0] for row in rows],
                     "run_numbers": [row[1] for row in rows],

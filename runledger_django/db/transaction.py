@@ -11,7 +11,7 @@ from django.db import DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ..errors import Code, RunledgerError
-from . import job_queries, queries
+from . import session_queries
 from .classify import classify
 
 READ_COMMITTED_LEVELS = frozenset({"read committed", "read uncommitted"})
@@ -39,7 +39,7 @@ def has_transaction_timeout(using: str) -> bool:
 
 
 def isolation_level(cursor: CursorWrapper) -> str:
-    cursor.execute(queries.SHOW_TRANSACTION_ISOLATION)
+    cursor.execute(session_queries.SHOW_TRANSACTION_ISOLATION)
     row = cursor.fetchone()
     return str(row[0]).lower() if row else ""
 
@@ -62,7 +62,7 @@ def owned_read_committed(using: str) -> Iterator[CursorWrapper]:
     are not inside an atomic block: SET TRANSACTION must be the transaction's first statement.
     """
     with transaction.atomic(using=using), connections[using].cursor() as cursor:
-        cursor.execute(queries.SET_READ_COMMITTED)
+        cursor.execute(session_queries.SET_READ_COMMITTED)
         yield cursor
 
 
@@ -72,7 +72,7 @@ def cap_timeout(cursor: CursorWrapper, name: str, cap_ms: int) -> str:
     if name not in (LOCK_TIMEOUT, STATEMENT_TIMEOUT):
         raise ValueError(f"not a capped timeout: {name}")
     cursor.execute(
-        queries.CAP_TIMEOUT,
+        session_queries.CAP_TIMEOUT,
         {"name": name, "cap_ms": cap_ms, "cap_text": timeout_text(cap_ms)},
     )
     row = cursor.fetchone()
@@ -83,7 +83,8 @@ def cap_transaction_timeout(cursor: CursorWrapper, cap_ms: int) -> str:
     """Cap ``transaction_timeout`` (PostgreSQL 17+), re-arming a fresh deadline from now when
     the previous value was looser. Returns the previous text."""
     cursor.execute(
-        queries.CAP_TRANSACTION_TIMEOUT, {"cap_ms": cap_ms, "cap_text": timeout_text(cap_ms)}
+        session_queries.CAP_TRANSACTION_TIMEOUT,
+        {"cap_ms": cap_ms, "cap_text": timeout_text(cap_ms)},
     )
     row = cursor.fetchone()
     return str(row[0]) if row else ""
@@ -91,11 +92,11 @@ def cap_transaction_timeout(cursor: CursorWrapper, cap_ms: int) -> str:
 
 def restore_setting(cursor: CursorWrapper, name: str, value: str) -> None:
     """Put a setting back to the exact text it had before a cap."""
-    cursor.execute(queries.RESTORE_SETTING, {"name": name, "value": value})
+    cursor.execute(session_queries.RESTORE_SETTING, {"name": name, "value": value})
 
 
 def set_statement_timeout(cursor: CursorWrapper, ms: int) -> None:
-    cursor.execute(queries.SET_LOCAL_STATEMENT_TIMEOUT, {"value": timeout_text(ms)})
+    cursor.execute(session_queries.SET_LOCAL_STATEMENT_TIMEOUT, {"value": timeout_text(ms)})
 
 
 def execute(
@@ -161,7 +162,7 @@ def _with_caps(sql: str) -> str:
     if body.startswith("/*"):
         end = body.index("*/") + 2
         tag, body = body[:end], body[end:]
-    return compact_sql(f"{tag}\n{job_queries.CAP_LIFECYCLE_TIMEOUTS};\n{body}")
+    return compact_sql(f"{tag}\n{session_queries.CAP_LIFECYCLE_TIMEOUTS};\n{body}")
 
 
 def compact_sql(sql: str) -> str:
@@ -245,11 +246,13 @@ def _run_capped_each(
                 results.append(list(cursor.fetchall()) if cursor.description else [])
             return results
     with transaction.atomic(using=using), connection.cursor() as cursor:
-        row = execute(cursor, job_queries.CAP_LIFECYCLE_TIMEOUTS, caps, context=context).fetchone()
+        row = execute(
+            cursor, session_queries.CAP_LIFECYCLE_TIMEOUTS, caps, context=context
+        ).fetchone()
         assert row is not None  # noqa: S101  (the statement always returns one row)
         for sql in statements:
             rows = execute(cursor, sql, params, context=context)
             results.append(list(rows.fetchall()) if rows.description else [])
-        for name, previous in zip(job_queries.CAPPED_SETTINGS, row, strict=False):
+        for name, previous in zip(session_queries.CAPPED_SETTINGS, row, strict=False):
             restore_setting(cursor, name, str(previous))
         return results

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import DatabaseError
 
-from ..db import job_queries
+from ..db import lifecycle_queries
 from ..db.classify import classify, is_session_fatal
 from ..db.transaction import run_capped_together
 from ..domain import PAGE_LIMIT_MAX, ClaimedJob, JobDefaults, JobLease
@@ -129,7 +129,7 @@ def claim_jobs(
     if params is None:
         return []
     try:
-        rows = transition(using, job_queries.CLAIM_JOBS, params, context="claim jobs")
+        rows = transition(using, lifecycle_queries.CLAIM_JOBS, params, context="claim jobs")
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
             raise
@@ -167,7 +167,7 @@ def complete_and_claim(
         return complete_jobs_success(successes, using=using), []
     done, claimed = run_capped_together(
         using,
-        (job_queries.COMPLETE_SUCCESS_MANY, job_queries.CLAIM_JOBS),
+        (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_JOBS),
         {**claim, **leases, "outputs": [text for _, text in successes]},
         lock_ms=LOCK_CAP_MS,
         statement_ms=STATEMENT_CAP_MS,
@@ -217,7 +217,7 @@ def _claim_row_by_row(params: dict[str, Any], using: str) -> list[tuple[Any, ...
         row[0]
         for row in transition(
             using,
-            job_queries.CLAIM_CANDIDATE_IDS,
+            lifecycle_queries.CLAIM_CANDIDATE_IDS,
             {**params, "limit": wanted + FALLBACK_SPARE_CANDIDATES},
             context="read claimable jobs",
         )
@@ -228,7 +228,7 @@ def _claim_row_by_row(params: dict[str, Any], using: str) -> list[tuple[Any, ...
         try:
             rows += transition(
                 using,
-                job_queries.CLAIM_ONE_JOB,
+                lifecycle_queries.CLAIM_ONE_JOB,
                 {**params, "job_id": job_id},
                 context="claim a job",
             )
@@ -264,7 +264,7 @@ def _dead_letter(job_id: Any, using: str) -> bool:
     try:
         moved = transition(
             using,
-            job_queries.DEAD_LETTER_UNCLAIMABLE,
+            lifecycle_queries.DEAD_LETTER_UNCLAIMABLE,
             {
                 "job_id": job_id,
                 "code": Code.INVALID_PERSISTED_JOB.value,

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.db.backends.utils import CursorWrapper
 
-from ..db import queries
+from ..db import enqueue_queries
 from ..db.transaction import ensure_read_committed, execute
 from ..domain import EnqueueOutcome, EnqueueRequest, JobStatus
 from ..errors import Code, RunledgerError
@@ -109,11 +109,11 @@ def _insert(
 ) -> EnqueueOutcome | None:
     """The single insert statement (job and its ENQUEUED event); None when nothing inserted."""
     if request.idempotency_key is None:
-        sql = queries.ENQUEUE_INSERT_UNKEYED
+        sql = enqueue_queries.ENQUEUE_INSERT_UNKEYED
     elif request.organization_id is None:
-        sql = queries.ENQUEUE_INSERT_KEYED_GLOBAL
+        sql = enqueue_queries.ENQUEUE_INSERT_KEYED_GLOBAL
     else:
-        sql = queries.ENQUEUE_INSERT_KEYED_ORG
+        sql = enqueue_queries.ENQUEUE_INSERT_KEYED_ORG
     params = _params(request, uuid7())
     params["require_read_committed"] = require_read_committed and bool(request.idempotency_key)
     row = execute(cursor, sql, params, context="enqueue job").fetchone()
@@ -155,9 +155,9 @@ def resolve_existing_job(cursor: CursorWrapper, request: EnqueueRequest) -> Enqu
     The row is locked FOR NO KEY UPDATE, so the caller may go on to mutate it.
     """
     sql = (
-        queries.FIND_EXISTING_JOB_GLOBAL
+        enqueue_queries.FIND_EXISTING_JOB_GLOBAL
         if request.organization_id is None
-        else queries.FIND_EXISTING_JOB_ORG
+        else enqueue_queries.FIND_EXISTING_JOB_ORG
     )
     params = {
         "job_type": request.job_type,
@@ -189,7 +189,7 @@ def resolve_existing_job(cursor: CursorWrapper, request: EnqueueRequest) -> Enqu
         )
     enabled = execute(
         cursor,
-        queries.DEFINITION_IS_ENABLED,
+        enqueue_queries.DEFINITION_IS_ENABLED,
         {"job_type": request.job_type},
         context="check job definition",
     ).fetchone()

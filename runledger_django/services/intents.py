@@ -9,7 +9,7 @@ from typing import Any
 from django.db.backends.utils import CursorWrapper
 from django.db.models import QuerySet
 
-from ..db import queries
+from ..db import intent_queries
 from ..db.transaction import ensure_read_committed, execute
 from ..domain import EnqueueRequest, IntentOutcome, IntentStatus, ReadScope
 from ..errors import Code, RunledgerError
@@ -124,7 +124,9 @@ def _insert(
         "snapshot": request.snapshot_json,
         "execution_resource_key": request.execution_resource_key,
     }
-    inserted = execute(cursor, queries.RECORD_INTENT, params, context="record job enqueue intent")
+    inserted = execute(
+        cursor, intent_queries.RECORD_INTENT, params, context="record job enqueue intent"
+    )
     if not inserted.fetchone()[0]:
         return None
     return IntentOutcome(
@@ -162,9 +164,9 @@ def record_in_transaction(
 
 def _find_existing(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | None:
     sql = (
-        queries.FIND_EXISTING_INTENT_GLOBAL
+        intent_queries.FIND_EXISTING_INTENT_GLOBAL
         if request.organization_id is None
-        else queries.FIND_EXISTING_INTENT_ORG
+        else intent_queries.FIND_EXISTING_INTENT_ORG
     )
     params = {
         "job_type": request.job_type,

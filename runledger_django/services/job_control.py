@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from ..db import job_queries
+from ..db import operations_queries
 from ..domain import JobStatus, ReadScope
 from ..errors import Code, RunledgerError
 from ._lease import DEFAULT_USING, scope_params, transition
@@ -38,7 +38,7 @@ def cancel_job(
             ``job.invalid_argument``.
     """
     params = scope_params(job_id, scope)
-    rows = transition(using, job_queries.CANCEL_JOB, params, context="cancel job")
+    rows = transition(using, operations_queries.CANCEL_JOB, params, context="cancel job")
     if rows:
         return JobStatus.CANCELED
     status = _status_in_scope(params, using)
@@ -65,7 +65,7 @@ def requeue_job(
             ``job.invalid_argument``.
     """
     params = scope_params(job_id, scope)
-    rows = transition(using, job_queries.REQUEUE_JOB, params, context="requeue job")
+    rows = transition(using, operations_queries.REQUEUE_JOB, params, context="requeue job")
     if not rows:
         raise _not_found(params["job_id"])
     status, not_quiesced, requeued, runs_exhausted = rows[0]
@@ -87,5 +87,7 @@ def requeue_job(
 
 
 def _status_in_scope(params: dict[str, object], using: str) -> str | None:
-    rows = transition(using, job_queries.JOB_STATUS_IN_SCOPE, params, context="read job status")
+    rows = transition(
+        using, operations_queries.JOB_STATUS_IN_SCOPE, params, context="read job status"
+    )
     return str(rows[0][0]) if rows else None

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from ..db import job_operations_queries as queries
+from ..db import operations_queries
 from ..domain import JobMetrics, ReadScope
 from ._scope import ScopeKind, metrics_rows
 
 DEFAULT_USING = "default"
 
 _STATEMENTS: dict[ScopeKind, str] = {
-    "organization": queries.JOB_METRICS_ORG,
-    "global": queries.JOB_METRICS_GLOBAL,
-    "admin": queries.JOB_METRICS_ADMIN,
+    "organization": operations_queries.JOB_METRICS_ORG,
+    "global": operations_queries.JOB_METRICS_GLOBAL,
+    "admin": operations_queries.JOB_METRICS_ADMIN,
 }
 
 

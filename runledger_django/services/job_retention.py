@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from django.db import connections
 from django.utils import timezone
 
-from ..db import job_operations_queries as queries
+from ..db import operations_queries
 from ..db.transaction import (
     LOCK_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -135,7 +135,10 @@ def count_prunable_jobs(
     cutoff = _cutoff(older_than)
     with connections[using].cursor() as cursor:
         row = execute(
-            cursor, queries.COUNT_PRUNABLE, _params(cutoff, chosen), context="count prunable jobs"
+            cursor,
+            operations_queries.COUNT_PRUNABLE,
+            _params(cutoff, chosen),
+            context="count prunable jobs",
         ).fetchone()
     succeeded, dead_lettered, canceled, intents, attempts, events = (int(v) for v in row or ())
     counts = JobPruneCounts(
@@ -217,7 +220,7 @@ def _select_batch(params: dict[str, object], limit: int, using: str) -> list[uui
     with connections[using].cursor() as cursor:
         rows = execute(
             cursor,
-            queries.PRUNABLE_JOB_IDS,
+            operations_queries.PRUNABLE_JOB_IDS,
             {**params, "limit": limit},
             context="select prunable jobs",
         ).fetchall()
@@ -254,7 +257,7 @@ def _delete_batch_once(
         cap_timeout(cursor, STATEMENT_TIMEOUT, STATEMENT_TIMEOUT_MS)
         row = execute(
             cursor,
-            queries.DELETE_PRUNABLE_JOBS,
+            operations_queries.DELETE_PRUNABLE_JOBS,
             {**params, "job_ids": job_ids},
             context="delete prunable jobs",
         ).fetchone()

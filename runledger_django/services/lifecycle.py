@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..db import job_queries
+from ..db import lifecycle_queries
 from ..domain import FailureKind, FailureOutcome, HeartbeatResult, JobFailure, JobLease, JobStatus
 from ..errors import Code, RunledgerError
 from ..validation import INT32_MAX, encode_payload, is_blank, storable_time
@@ -49,7 +49,7 @@ def heartbeat_leases(
         return HeartbeatResult(renewed=frozenset(), busy=frozenset(), lost=frozenset())
     rows = transition(
         using,
-        job_queries.HEARTBEAT_LEASES,
+        lifecycle_queries.HEARTBEAT_LEASES,
         {**params, "lease_seconds": seconds},
         context="heartbeat job leases",
     )
@@ -130,7 +130,7 @@ def update_job_progress(
     )
     rows = transition(
         using,
-        job_queries.UPDATE_PROGRESS,
+        lifecycle_queries.UPDATE_PROGRESS,
         {
             **lease_params(checked),
             "progress_done": done,
@@ -166,7 +166,7 @@ def complete_job_success(
     output_text = encode_output(output)
     rows = transition(
         using,
-        job_queries.COMPLETE_SUCCESS,
+        lifecycle_queries.COMPLETE_SUCCESS,
         {**lease_params(checked), "output": output_text},
         context="complete job",
     )
@@ -195,7 +195,7 @@ def complete_jobs_success(
         return set()
     rows = transition(
         using,
-        job_queries.COMPLETE_SUCCESS_MANY,
+        lifecycle_queries.COMPLETE_SUCCESS_MANY,
         {**params, "outputs": [text for _, text in successes]},
         context="complete jobs",
     )
@@ -265,7 +265,7 @@ def complete_job_failure(
             invalid_timing = error
     rows = transition(
         using,
-        job_queries.COMPLETE_FAILURE,
+        lifecycle_queries.COMPLETE_FAILURE,
         {
             **lease_params(checked),
             "retryable": kind.is_retryable,
@@ -314,7 +314,7 @@ def hand_back_leases(
         return set()
     rows = transition(
         using,
-        job_queries.HAND_BACK_LEASES,
+        lifecycle_queries.HAND_BACK_LEASES,
         {**params, "reason": _text(reason, "WORKER_STOPPED")},
         context="hand back job leases",
     )

@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from ..db import queries
+from ..db import intent_queries
 from ..domain import IntentMetrics, ReadScope
 from ._scope import ScopeKind, metrics_rows
 
 DEFAULT_USING = "default"
 
 _STATEMENTS: dict[ScopeKind, str] = {
-    "organization": queries.INTENT_METRICS_ORG,
-    "global": queries.INTENT_METRICS_GLOBAL,
-    "admin": queries.INTENT_METRICS_ADMIN,
+    "organization": intent_queries.INTENT_METRICS_ORG,
+    "global": intent_queries.INTENT_METRICS_GLOBAL,
+    "admin": intent_queries.INTENT_METRICS_ADMIN,
 }
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from django.db import DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
-from ..db import queries
+from ..db import promotion_queries, session_queries
 from ..db.classify import classify, is_session_fatal
 from ..db.transaction import (
     LOCK_TIMEOUT,
@@ -158,7 +158,9 @@ def _nothing_eligible(job_types: list[str], using: str) -> bool:
     with connection.cursor() as cursor:
         execute(
             cursor,
-            queries.PROMOTION_PLANNER_SETTINGS + ";\n" + queries.PROMOTION_HAS_ELIGIBLE,
+            session_queries.PROMOTION_PLANNER_SETTINGS
+            + ";\n"
+            + promotion_queries.PROMOTION_HAS_ELIGIBLE,
             {"job_types": job_types},
             context="check eligible job enqueue intents",
         )
@@ -346,16 +348,18 @@ class _Pass:
         if self.server_side:
             cap_transaction_timeout(cursor, TRANSACTION_BUDGET_MS)
         cap_timeout(cursor, LOCK_TIMEOUT, LOCK_TIMEOUT_MS)
-        execute(cursor, queries.PROMOTION_PLANNER_SETTINGS, None, context="pin promotion plans")
+        execute(
+            cursor, session_queries.PROMOTION_PLANNER_SETTINGS, None, context="pin promotion plans"
+        )
         eligible = execute(
             cursor,
-            queries.PROMOTION_HAS_ELIGIBLE,
+            promotion_queries.PROMOTION_HAS_ELIGIBLE,
             {"job_types": self.job_types},
             context="check eligible job enqueue intents",
         ).fetchone()
         if eligible is None:
             return  # idle: nothing locked, the fence never taken
-        execute(cursor, queries.LOCK_PROMOTION_FENCE, None, context="take promotion fence")
+        execute(cursor, session_queries.LOCK_PROMOTION_FENCE, None, context="take promotion fence")
         unresolved = self._promote_set_based(cursor)
         if unresolved is None:
             # The statement was undone with its claim: claim again for the rows' own paths.
@@ -363,7 +367,7 @@ class _Pass:
                 _Held(intent_id, tid)
                 for intent_id, tid in execute(
                     cursor,
-                    queries.PROMOTION_CLAIM,
+                    promotion_queries.PROMOTION_CLAIM,
                     {"job_types": self.job_types, "limit": self.limit},
                     context="claim job enqueue intents",
                 ).fetchall()
@@ -378,7 +382,7 @@ class _Pass:
             return
         rows = execute(
             cursor,
-            queries.PROMOTION_FALLBACK_ROWS,
+            promotion_queries.PROMOTION_FALLBACK_ROWS,
             {"tids": [held.tid for held in fallback]},
             context="read claimed job enqueue intents",
         ).fetchall()
@@ -398,7 +402,10 @@ class _Pass:
         try:
             with transaction.atomic(using=self.using):
                 row = execute(
-                    cursor, queries.PROMOTE_BATCH, params, context="promote job enqueue intents"
+                    cursor,
+                    promotion_queries.PROMOTE_BATCH,
+                    params,
+                    context="promote job enqueue intents",
                 ).fetchone()
                 claimed, inserted, promoted, ids, tids = row
                 if promoted != inserted:
@@ -431,7 +438,7 @@ class _Pass:
             with transaction.atomic(using=self.using):
                 converged, conflicted, codes = execute(
                     cursor,
-                    queries.CONVERGE_BATCH,
+                    promotion_queries.CONVERGE_BATCH,
                     params,
                     context="converge job enqueue intents",
                 ).fetchone()
@@ -465,7 +472,7 @@ class _Pass:
                 if isinstance(resolution, Enqueued):
                     self._transition(
                         cursor,
-                        queries.MARK_PROMOTED,
+                        promotion_queries.MARK_PROMOTED,
                         {**candidate.row_key, "job_id": resolution.outcome.job_id},
                     )
         except RunledgerError as error:
@@ -486,7 +493,7 @@ class _Pass:
         elif isinstance(resolution, EnqueueConflict):
             self._transition(
                 cursor,
-                queries.MARK_CONFLICTED,
+                promotion_queries.MARK_CONFLICTED,
                 {
                     **candidate.row_key,
                     "code": resolution.code,
@@ -500,7 +507,7 @@ class _Pass:
         assert candidate.request is not None  # noqa: S101
         row = execute(
             cursor,
-            queries.INTENT_SNAPSHOT_MATCHES,
+            promotion_queries.INTENT_SNAPSHOT_MATCHES,
             {**candidate.row_key, "snapshot": candidate.request.snapshot_json},
             context="compare job enqueue intent snapshot",
         ).fetchone()
@@ -515,7 +522,7 @@ class _Pass:
     ) -> None:
         self._transition(
             cursor,
-            queries.MARK_CONFLICTED,
+            promotion_queries.MARK_CONFLICTED,
             {**candidate.row_key, "code": error.code, "message": error.client_message},
         )
         self.counts.conflicted += 1
@@ -526,7 +533,7 @@ class _Pass:
     ) -> None:
         self._transition(
             cursor,
-            queries.MARK_RETRY_DEFERRED,
+            promotion_queries.MARK_RETRY_DEFERRED,
             {**candidate.row_key, "code": error.code, "message": error.client_message},
         )
         self.counts.retry_deferred += 1

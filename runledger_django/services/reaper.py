@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from ..db import job_queries
+from ..db import lifecycle_queries
 from ..db.classify import is_session_fatal
 from ..domain import ReapReport
 from ..errors import Code, RunledgerError
@@ -65,7 +65,7 @@ def reap_expired_leases(
     deferred = 0
     try:
         rows = transition(
-            using, job_queries.REAP_EXPIRED_LEASES, params, context="reap expired leases"
+            using, lifecycle_queries.REAP_EXPIRED_LEASES, params, context="reap expired leases"
         )
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
@@ -73,7 +73,7 @@ def reap_expired_leases(
         rows, deferred = _reap_row_by_row(params, using)
     released = transition(
         using,
-        job_queries.RELEASE_STALE_RESOURCE_CLAIMS,
+        lifecycle_queries.RELEASE_STALE_RESOURCE_CLAIMS,
         {"limit": RESOURCE_CLAIM_CLEANUP_LIMIT},
         context="release stale execution resource claims",
     )
@@ -104,14 +104,14 @@ def _reap_row_by_row(params: dict[str, object], using: str) -> tuple[list[tuple[
     ids = [
         row[0]
         for row in transition(
-            using, job_queries.EXPIRED_LEASE_IDS, params, context="read expired leases"
+            using, lifecycle_queries.EXPIRED_LEASE_IDS, params, context="read expired leases"
         )
     ]
     for job_id in ids:
         try:
             rows += transition(
                 using,
-                job_queries.REAP_EXPIRED_LEASES,
+                lifecycle_queries.REAP_EXPIRED_LEASES,
                 {**params, "only_job_id": job_id},
                 context="reap one expired lease",
             )
@@ -120,7 +120,7 @@ def _reap_row_by_row(params: dict[str, object], using: str) -> tuple[list[tuple[
                 raise
             transition(
                 using,
-                job_queries.DEFER_EXPIRED_LEASE,
+                lifecycle_queries.DEFER_EXPIRED_LEASE,
                 {"job_id": job_id, "retry_delay_ms": params["retry_delay_ms"]},
                 context="defer an expired lease",
             )

@@ -13,7 +13,7 @@ from contextlib import contextmanager, nullcontext
 from django.db import connections, transaction
 from django.db.backends.utils import CursorWrapper
 
-from ..db import queries
+from ..db import operations_queries, session_queries
 from ..db.transaction import (
     LOCK_TIMEOUT,
     STATEMENT_TIMEOUT,
@@ -65,7 +65,7 @@ def delete_promoted_intents_before(
         with pinned_planner(cursor, restore=not owned):
             deleted = execute(
                 cursor,
-                queries.DELETE_PROMOTED_BEFORE,
+                operations_queries.DELETE_PROMOTED_BEFORE,
                 {"cutoff": checked_cutoff, "limit": page.limit},
                 context="delete promoted job enqueue intents",
             ).rowcount
@@ -74,16 +74,20 @@ def delete_promoted_intents_before(
 
 @contextmanager
 def pinned_planner(cursor: CursorWrapper, *, restore: bool) -> Iterator[None]:
-    """Pin the planner as a promotion pass does (db.queries.PIN_PLANNER) for the statements in
+    """Pin the planner as a promotion pass does (db.session_queries.PIN_PLANNER) for the statements in
     the block, then put the transaction's own settings back when ``restore``.
 
     A statement that fails aborts the transaction, which reverts the settings with it.
     """
-    row = execute(cursor, queries.PIN_PLANNER, None, context="pin retention plans").fetchone()
+    row = execute(
+        cursor, session_queries.PIN_PLANNER, None, context="pin retention plans"
+    ).fetchone()
     yield
     if restore and row is not None:
         previous = dict(zip(PLANNER_SETTINGS, row[: len(PLANNER_SETTINGS)], strict=True))
-        execute(cursor, queries.RESTORE_PLANNER, previous, context="restore planner settings")
+        execute(
+            cursor, session_queries.RESTORE_PLANNER, previous, context="restore planner settings"
+        )
 
 
 def count_promoted_intents_before(cutoff: dt.datetime, *, using: str = DEFAULT_USING) -> int:
@@ -92,7 +96,7 @@ def count_promoted_intents_before(cutoff: dt.datetime, *, using: str = DEFAULT_U
     with connections[using].cursor() as cursor:
         row = execute(
             cursor,
-            queries.COUNT_PROMOTED_BEFORE,
+            operations_queries.COUNT_PROMOTED_BEFORE,
             {"cutoff": checked_cutoff},
             context="count promoted job enqueue intents",
         ).fetchone()
@@ -154,16 +158,21 @@ def delete_promoted_intents_for_jobs(
         )
         previous_statement = cap_timeout(cursor, STATEMENT_TIMEOUT, STATEMENT_TIMEOUT_MS)
         previous_lock = cap_timeout(cursor, LOCK_TIMEOUT, FENCE_WAIT_MS)
-        execute(cursor, queries.LOCK_RETENTION_FENCE, None, context="take retention fence")
+        execute(cursor, session_queries.LOCK_RETENTION_FENCE, None, context="take retention fence")
         cap_timeout(cursor, LOCK_TIMEOUT, ROW_LOCK_TIMEOUT_MS)
         with pinned_planner(cursor, restore=True):
             deleted = execute(
                 cursor,
-                queries.DELETE_PROMOTED_FOR_JOBS,
+                operations_queries.DELETE_PROMOTED_FOR_JOBS,
                 params,
                 context="delete promoted job enqueue intents for jobs",
             ).rowcount
-            execute(cursor, queries.LOCK_JOBS_IN_ID_ORDER, params, context="lock retained jobs")
+            execute(
+                cursor,
+                operations_queries.LOCK_JOBS_IN_ID_ORDER,
+                params,
+                context="lock retained jobs",
+            )
         restore_setting(cursor, LOCK_TIMEOUT, previous_lock)
         restore_setting(cursor, STATEMENT_TIMEOUT, previous_statement)
     return int(deleted)

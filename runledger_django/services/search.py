@@ -6,7 +6,7 @@ import uuid
 
 from django.db import connections
 
-from ..db import job_operations_queries, queries
+from ..db import intent_queries, operations_queries
 from ..db.transaction import execute
 from ..validation import IDEMPOTENCY_KEY_MAX_BYTES, is_blank, storable_text, utf8_length
 
@@ -25,7 +25,7 @@ def intent_ids_by_key(
 
     Transaction: one read statement (autocommit, or the caller's atomic block).
     """
-    return _ids(queries.INTENT_IDS_BY_KEY, key, limit, using, "search intents by key")
+    return _ids(intent_queries.INTENT_IDS_BY_KEY, key, limit, using, "search intents by key")
 
 
 def job_ids_by_key(
@@ -35,7 +35,7 @@ def job_ids_by_key(
 
     Transaction: one read statement (autocommit, or the caller's atomic block).
     """
-    return _ids(job_operations_queries.JOB_IDS_BY_KEY, key, limit, using, "search jobs by key")
+    return _ids(operations_queries.JOB_IDS_BY_KEY, key, limit, using, "search jobs by key")
 
 
 def _ids(sql: str, key: str, limit: int, using: str, context: str) -> list[uuid.UUID]:

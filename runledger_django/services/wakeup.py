@@ -19,7 +19,7 @@ from functools import partial
 from django.db import DatabaseError, connections, transaction
 
 from ..conf import conf
-from ..db import job_queries
+from ..db import lifecycle_queries
 
 logger = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ def _send(using: str, channel: str) -> None:
         return  # an on_commit callback that runs inside a later transaction of the caller's
     try:
         with connection.cursor() as cursor:
-            cursor.execute(job_queries.NOTIFY, {"channel": channel})
+            cursor.execute(lifecycle_queries.NOTIFY, {"channel": channel})
     except DatabaseError as exc:
         # The caller's work is committed; a lost wake-up only costs a poll interval.
         logger.debug("wake-up notification failed: %s", type(exc).__name__)

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connections
 
-from ..db import job_queries
+from ..db import lifecycle_queries
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL
 
 logger = logging.getLogger(__name__)
@@ -62,8 +62,8 @@ class Listener(threading.Thread):
         self.using = using
         self.channels = [JOBS_CHANNEL, *([INTENTS_CHANNEL] if promote else [])]
         self.statements = [
-            job_queries.LISTEN_JOBS,
-            *([job_queries.LISTEN_INTENTS] if promote else []),
+            lifecycle_queries.LISTEN_JOBS,
+            *([lifecycle_queries.LISTEN_INTENTS] if promote else []),
         ]
         self.on_notify = on_notify
         self.on_disconnect = on_disconnect
@@ -90,10 +90,10 @@ class Listener(threading.Thread):
 
         name = PROBE_CHANNEL_PREFIX + uuid.uuid4().hex
         channel = sql.Identifier(name)
-        conn.execute(sql.SQL(job_queries.LISTEN_PROBE).format(channel=channel))
+        conn.execute(sql.SQL(lifecycle_queries.LISTEN_PROBE).format(channel=channel))
         sender = self._open()
         try:
-            sender.execute(job_queries.NOTIFY, {"channel": name})
+            sender.execute(lifecycle_queries.NOTIFY, {"channel": name})
         finally:
             sender.close()
         deadline = time.monotonic() + PROBE_SECONDS
@@ -108,7 +108,7 @@ class Listener(threading.Thread):
                     break
         # Through a pooler this may reach another server than the LISTEN did; the stranded
         # subscription is to a channel nobody will ever notify again.
-        conn.execute(sql.SQL(job_queries.UNLISTEN_PROBE).format(channel=channel))
+        conn.execute(sql.SQL(lifecycle_queries.UNLISTEN_PROBE).format(channel=channel))
         return arrived
 
     def run(self) -> None:

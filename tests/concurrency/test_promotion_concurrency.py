@@ -27,7 +27,7 @@ from runledger_django import (
     promote_intents,
     record_intent,
 )
-from runledger_django.db import queries
+from runledger_django.db import promotion_queries
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobEnqueueIntent
 from tests.concurrency.conftest import release_park
@@ -165,7 +165,7 @@ def wait_for_definition_share_lock(observer: Observer) -> None:
     The statement is found by its tag: pg_stat_activity keeps only the first 1 kB of the text.
     """
     waiting = wait_for_lock_wait(observer, "runledger:promote_job_enqueue_intents_batch")
-    assert "FOR SHARE" in queries.PROMOTE_BATCH
+    assert "FOR SHARE" in promotion_queries.PROMOTE_BATCH
     rows = observer.execute(
         "SELECT relation::regclass::text FROM pg_locks WHERE pid = %s AND locktype = 'tuple'",
         [waiting["pid"]],

@@ -24,7 +24,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from runledger_django import promote_intents
-from runledger_django.db import queries
+from runledger_django.db import (
+    intent_queries,
+    operations_queries,
+    promotion_queries,
+    session_queries,
+)
 from runledger_django.errors import CATALOG, Code
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
 from runledger_django.services.promotion import STAGE_VALUES
@@ -196,7 +201,7 @@ def explain(sql: str, params: dict[str, Any] | None = None, *, pinned: bool) -> 
     transaction's planner settings when ``pinned``; return the plan's root."""
     with transaction.atomic(), connection.cursor() as cursor:
         if pinned:
-            cursor.execute(queries.PROMOTION_PLANNER_SETTINGS)
+            cursor.execute(session_queries.PROMOTION_PLANNER_SETTINGS)
         cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
         row = cursor.fetchone()
         transaction.set_rollback(True)
@@ -237,7 +242,7 @@ def assert_linear(plan: dict[str, Any], *, bound: int) -> None:
 def result_of(sql: str, params: dict[str, Any]) -> tuple[Any, ...]:
     """Run ``sql`` under the promotion planner settings in a savepoint that is rolled back."""
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(queries.PROMOTION_PLANNER_SETTINGS)
+        cursor.execute(session_queries.PROMOTION_PLANNER_SETTINGS)
         cursor.execute(sql, params)
         row = cursor.fetchone()
         transaction.set_rollback(True)
@@ -259,8 +264,10 @@ def test_promote_batch__any_statistics__claims_and_promotes_linearly(
     make_definition()
     prepare(statistics, SCOPES[scope])
 
-    plan = explain(queries.PROMOTE_BATCH, BATCH_PARAMS, pinned=True)
-    claimed, inserted, promoted, unresolved, _tids = result_of(queries.PROMOTE_BATCH, BATCH_PARAMS)
+    plan = explain(promotion_queries.PROMOTE_BATCH, BATCH_PARAMS, pinned=True)
+    claimed, inserted, promoted, unresolved, _tids = result_of(
+        promotion_queries.PROMOTE_BATCH, BATCH_PARAMS
+    )
 
     assert_linear(plan, bound=BATCH)
     assert "Nested Loop" not in {node["Node Type"] for node in nodes(plan)}
@@ -293,8 +300,8 @@ def test_converge_batch__any_statistics__reaches_jobs_by_unique_key(
         "legacy_message": CATALOG[Code.LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING][1],
     }
 
-    plan = explain(queries.CONVERGE_BATCH, params, pinned=True)
-    converged, conflicted, _codes = result_of(queries.CONVERGE_BATCH, params)
+    plan = explain(promotion_queries.CONVERGE_BATCH, params, pinned=True)
+    converged, conflicted, _codes = result_of(promotion_queries.CONVERGE_BATCH, params)
 
     assert_linear(plan, bound=BATCH)
     used = {node.get("Index Name") for node in nodes(plan)}
@@ -310,8 +317,8 @@ def test_claim_and_idle_check__any_statistics__walk_the_claim_order(
     make_definition()
     prepare(statistics, None)
 
-    claim = explain(queries.PROMOTION_CLAIM, BATCH_PARAMS, pinned=True)
-    idle = explain(queries.PROMOTION_HAS_ELIGIBLE, BATCH_PARAMS, pinned=True)
+    claim = explain(promotion_queries.PROMOTION_CLAIM, BATCH_PARAMS, pinned=True)
+    idle = explain(promotion_queries.PROMOTION_HAS_ELIGIBLE, BATCH_PARAMS, pinned=True)
 
     assert_linear(claim, bound=BATCH)
     assert_linear(idle, bound=1)
@@ -327,7 +334,7 @@ def test_fallback_rows__any_statistics__by_ctid(
         row[0] for row in run_sql("SELECT ctid::text FROM runledger_job_enqueue_intents LIMIT 24")
     ]
 
-    plan = explain(queries.PROMOTION_FALLBACK_ROWS, {"tids": tids}, pinned=True)
+    plan = explain(promotion_queries.PROMOTION_FALLBACK_ROWS, {"tids": tids}, pinned=True)
 
     assert_linear(plan, bound=len(tids))
 
@@ -350,10 +357,12 @@ def test_retention_statements__any_statistics__reach_their_batch_by_key(
     ]
     cutoff = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
 
-    delete_exact = explain(queries.DELETE_PROMOTED_FOR_JOBS, {"job_ids": job_ids}, pinned=True)
-    lock_jobs = explain(queries.LOCK_JOBS_IN_ID_ORDER, {"job_ids": job_ids}, pinned=True)
+    delete_exact = explain(
+        operations_queries.DELETE_PROMOTED_FOR_JOBS, {"job_ids": job_ids}, pinned=True
+    )
+    lock_jobs = explain(operations_queries.LOCK_JOBS_IN_ID_ORDER, {"job_ids": job_ids}, pinned=True)
     delete_before = explain(
-        queries.DELETE_PROMOTED_BEFORE, {"cutoff": cutoff, "limit": 500}, pinned=True
+        operations_queries.DELETE_PROMOTED_BEFORE, {"cutoff": cutoff, "limit": 500}, pinned=True
     )
 
     for plan in (delete_exact, lock_jobs, delete_before):
@@ -367,7 +376,9 @@ def test_record_intent_lookup__any_statistics__by_unique_key(statistics: str, sc
     organization_id = SCOPES[scope]
     prepare(statistics, organization_id)
     sql = (
-        queries.FIND_EXISTING_INTENT_ORG if organization_id else queries.FIND_EXISTING_INTENT_GLOBAL
+        intent_queries.FIND_EXISTING_INTENT_ORG
+        if organization_id
+        else intent_queries.FIND_EXISTING_INTENT_GLOBAL
     )
     params = {
         "job_type": TYPE,

@@ -22,7 +22,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.test import RequestFactory
 
-from runledger_django.db import job_operations_queries, queries
+from runledger_django.db import intent_queries, operations_queries
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
 from runledger_django.services.search import KEY_SEARCH_LIMIT, intent_ids_by_key, job_ids_by_key
 from tests.conftest import run_sql
@@ -148,8 +148,8 @@ def accesses(plan: dict[str, Any]) -> list[tuple[str, str | None]]:
 @pytest.mark.parametrize(
     ("sql", "table"),
     [
-        (queries.INTENT_IDS_BY_KEY, "runledger_job_enqueue_intents"),
-        (job_operations_queries.JOB_IDS_BY_KEY, "runledger_job_queue"),
+        (intent_queries.INTENT_IDS_BY_KEY, "runledger_job_enqueue_intents"),
+        (operations_queries.JOB_IDS_BY_KEY, "runledger_job_queue"),
     ],
     ids=["intents", "jobs"],
 )

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from runledger_django.db import job_queries
+from runledger_django.db import lifecycle_queries, session_queries
 from tests.conftest import run_sql
 from tests.worker.conftest import LIFECYCLE_CAPS, TYPE, Enqueue, claim_one
 
@@ -22,8 +22,8 @@ BACKLOG = 5000
 @pytest.mark.parametrize(
     ("statement", "extra"),
     [
-        (job_queries.COMPLETE_SUCCESS_MANY, {"outputs": [None, None]}),
-        (job_queries.HAND_BACK_LEASES, {"reason": "worker shutting down"}),
+        (lifecycle_queries.COMPLETE_SUCCESS_MANY, {"outputs": [None, None]}),
+        (lifecycle_queries.HAND_BACK_LEASES, {"reason": "worker shutting down"}),
     ],
     ids=["complete_jobs_success", "hand_back_leases"],
 )
@@ -49,7 +49,7 @@ def test_many_lease_statement__large_queue__every_queue_read_is_an_index_lookup(
         **extra,
     }
     with connection.cursor() as cursor:
-        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
+        cursor.execute(session_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
         cursor.execute("EXPLAIN (FORMAT JSON) " + statement, params)
         plan = cursor.fetchone()[0][0]["Plan"]
 

@@ -371,7 +371,7 @@ def test_claim_jobs__large_backlog__walks_the_claim_index_and_stops_at_the_limit
     the candidates come from idx_job_queue_claim in its own order and the claim stops at the
     limit, never a scan and sort of the whole backlog (before, a claim on a queue nobody had
     analysed read and sorted every pending job of its types)."""
-    from runledger_django.db import job_queries
+    from runledger_django.db import lifecycle_queries, session_queries
 
     make_definition(TYPE)
     make_definition(OTHER_TYPE)
@@ -392,8 +392,8 @@ def test_claim_jobs__large_backlog__walks_the_claim_index_and_stops_at_the_limit
     }
     with connection.cursor() as cursor:
         # The settings every transition runs under (the test's transaction drops them).
-        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
-        cursor.execute("EXPLAIN (FORMAT JSON) " + job_queries.CLAIM_JOBS, params)
+        cursor.execute(session_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + lifecycle_queries.CLAIM_JOBS, params)
         plan = cursor.fetchone()[0][0]["Plan"]
     nodes = _claim_plan_nodes(plan)
     queue_scans = [

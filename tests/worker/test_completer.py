@@ -15,7 +15,7 @@ from django.db import connection
 from pytest_django import DjangoAssertNumQueries
 
 from runledger_django import RunledgerError
-from runledger_django.db import job_queries
+from runledger_django.db import lifecycle_queries, session_queries
 from runledger_django.domain import JobLease
 from runledger_django.services.lifecycle import complete_jobs_success, encode_output
 from runledger_django.worker.completer import Completer
@@ -97,8 +97,8 @@ def test_complete_jobs_success__plan__writes_each_row_through_its_primary_key(
         "worker_id": leases[0].worker_id,
     }
     with connection.cursor() as cursor:
-        cursor.execute(job_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
-        cursor.execute("EXPLAIN (FORMAT JSON) " + job_queries.COMPLETE_SUCCESS_MANY, params)
+        cursor.execute(session_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
+        cursor.execute("EXPLAIN (FORMAT JSON) " + lifecycle_queries.COMPLETE_SUCCESS_MANY, params)
         plan = cursor.fetchone()[0][0]["Plan"]
 
     nodes = list(_walk(plan))

@@ -1,13 +1,132 @@
-"""The raw SQL of operating the queue: per-job-type job metrics and queue retention.
+"""The raw SQL of operating the queue: cancel and requeue, job reads in a scope, per-job-type
+job metrics, the admin's job search by key, and retention (jobs and promoted intents).
 
 Each comment names the ORM gap the statement fills. Parameters are ``%(name)s``; values are
-never formatted into the text. Scope variants are separate texts (as in ``queries.py``) so each
+never formatted into the text. Scope variants are separate texts (as for intents) so each
 plan can use the index whose leading column the scope fixes.
 """
 
 from __future__ import annotations
 
 from typing import Final, LiteralString
+
+# --- operator actions (reference 11) ------------------------------------------------------------
+
+# A scope is an id lookup plus this predicate: the primary key does the work, so one text
+# serves every scope.
+_JOB_IN_SCOPE: Final[LiteralString] = """
+    job.id = %(job_id)s
+    AND (%(admin)s OR job.organization_id IS NOT DISTINCT FROM %(organization_id)s)
+"""
+
+# Cancel a PENDING or LEASED job. The lease expiry stays as the quiescence marker: a handler
+# still running is fenced at its next write, and a keyed resource stays held until then.
+CANCEL_JOB: Final[LiteralString] = (
+    """
+/* runledger:cancel_job */
+WITH canceled AS (
+    UPDATE runledger_job_queue job
+    SET status = 'CANCELED',
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        finished_at = now(),
+        output = NULL,
+        status_reason = 'CANCELED'
+    WHERE """
+    + _JOB_IN_SCOPE
+    + """ AND job.status IN ('PENDING', 'LEASED')
+    RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
+              job.progress_total,
+              CASE WHEN job.lease_expires_at > clock_timestamp() THEN job.lease_expires_at
+                   END AS lease_quiesces_at
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = now(), outcome = 'CANCELED'
+    FROM canceled
+    WHERE attempt_row.job_id = canceled.id AND attempt_row.run_number = canceled.run_number
+      AND attempt_row.attempt = canceled.attempt AND attempt_row.finished_at IS NULL
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT id, run_number, NULLIF(attempt, 0), 'CANCELED', stage, progress_done,
+           progress_total,
+           jsonb_strip_nulls(jsonb_build_object('reason', 'CANCELED',
+                                                'lease_quiesces_at', lease_quiesces_at))
+    FROM canceled
+)
+SELECT 'CANCELED' FROM canceled
+"""
+)
+
+# Put a DEAD_LETTERED or CANCELED job back to PENDING with a fresh attempt budget: a new run
+# number, attempt 0, due now. Progress and checkpoint are kept, so a handler can resume. A
+# cancelled job whose old lease is still live is left alone (its handler may still run).
+REQUEUE_JOB: Final[LiteralString] = (
+    """
+/* runledger:requeue_job */
+WITH target AS MATERIALIZED (
+    SELECT job.id, job.status, job.run_number,
+           -- A job cancelled while PENDING has no lease expiry: NULL must mean quiescent.
+           COALESCE(job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp(), false)
+               AS not_quiesced,
+           -- One more run would pass chk_job_queue_values_in_range: refuse, never fail.
+           job.run_number >= 2147483646 AS runs_exhausted
+    FROM runledger_job_queue job
+    WHERE """
+    + _JOB_IN_SCOPE
+    + """
+    FOR NO KEY UPDATE
+),
+requeued AS (
+    UPDATE runledger_job_queue job
+    SET status = 'PENDING',
+        run_number = job.run_number + 1,
+        attempt = 0,
+        stage = 'queued',
+        next_run_at = now(),
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        started_at = NULL,
+        finished_at = NULL,
+        output = NULL,
+        status_reason = 'REQUEUED',
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM target
+    WHERE job.id = target.id AND target.status IN ('DEAD_LETTERED', 'CANCELED')
+      AND NOT target.not_quiesced AND NOT target.runs_exhausted
+    RETURNING job.id, job.run_number, job.stage, job.progress_done, job.progress_total,
+              target.run_number AS previous_run_number, target.status AS previous_status
+),
+released AS (
+    DELETE FROM runledger_job_execution_resource_claims claim
+    USING requeued
+    WHERE claim.job_id = requeued.id
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, event_type, stage, progress_done, progress_total, payload
+    )
+    SELECT id, previous_run_number, 'REQUEUED', stage, progress_done, progress_total,
+           jsonb_build_object('reason', 'REQUEUED', 'previous_status', previous_status,
+                              'next_run_number', run_number,
+                              'state_policy', 'preserve_progress_and_checkpoint',
+                              'requeue_kind', 'COMPARE_AND_REQUEUE')
+    FROM requeued
+)
+SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL, target.runs_exhausted
+FROM target LEFT JOIN requeued ON requeued.id = target.id
+"""
+)
+
+# The status of one job in a scope (to tell "not found" from "wrong state").
+JOB_STATUS_IN_SCOPE: Final[LiteralString] = (
+    "SELECT job.status FROM runledger_job_queue job WHERE " + _JOB_IN_SCOPE
+)
 
 # --- job metrics ------------------------------------------------------------------------------
 
@@ -87,7 +206,7 @@ JOB_METRICS_ADMIN: Final[LiteralString] = _JOB_METRICS.replace("{scope}", "true"
 # --- search -------------------------------------------------------------------------------------
 
 # Keyed jobs by an exact idempotency key alone, whatever their job type and tenant (the admin's
-# search), through idx_job_queue_idempotency_key_prefix: see queries.INTENT_IDS_BY_KEY. The
+# search), through idx_job_queue_idempotency_key_prefix: see intent_queries.INTENT_IDS_BY_KEY. The
 # index leaves unkeyed jobs out, which the key condition implies.
 JOB_IDS_BY_KEY: Final[LiteralString] = """
 SELECT id FROM runledger_job_queue
@@ -116,7 +235,7 @@ _PRUNABLE: Final[LiteralString] = """
 # before the cutoff that are not prunable (still pending, finished later) are passed over again
 # by every batch; they are few unless jobs are scheduled far ahead.
 PRUNABLE_JOB_IDS: Final[LiteralString] = (
-    "SELECT id FROM runledger_job_queue WHERE"  # noqa: S608 (constant fragments only)
+    "SELECT id FROM runledger_job_queue WHERE"
     + _PRUNABLE
     + "ORDER BY created_at, id LIMIT %(limit)s"
 )
@@ -124,7 +243,7 @@ PRUNABLE_JOB_IDS: Final[LiteralString] = (
 # What a prune would remove (the dry run): jobs per status, and the promoted intents, attempts
 # and events that would go with them. A set-based count the ORM would need four queries for.
 COUNT_PRUNABLE: Final[LiteralString] = (
-    "WITH doomed AS MATERIALIZED (SELECT id, status FROM runledger_job_queue WHERE"  # noqa: S608
+    "WITH doomed AS MATERIALIZED (SELECT id, status FROM runledger_job_queue WHERE"
     + _PRUNABLE
     + """
 )
@@ -148,7 +267,7 @@ FROM doomed
 # execution-resource claims go by ON DELETE CASCADE. One statement: the ORM's delete() would
 # first read every child row to emulate the cascade in Python.
 DELETE_PRUNABLE_JOBS: Final[LiteralString] = (
-    "/* runledger:prune_jobs */ WITH changed AS MATERIALIZED ("  # noqa: S608
+    "/* runledger:prune_jobs */ WITH changed AS MATERIALIZED ("
     + """
     SELECT count(*) AS n FROM runledger_job_queue
     WHERE id = ANY(%(job_ids)s::uuid[]) AND ("""
@@ -169,3 +288,51 @@ SELECT (SELECT n FROM changed),
 FROM deleted
 """
 )
+
+# --- intent retention ----------------------------------------------------------------------
+#
+# Retention pins the planner like promotion does (session_queries.PIN_PLANNER and
+# RESTORE_PLANNER: it runs in the caller's transaction, whose settings it puts back), so a batch
+# is found by key or by an ordered walk whatever the statistics say, and deleted by ctid (a TID
+# scan).
+
+# Cutoff cleanup: one bounded statement. The subquery walks
+# idx_job_enqueue_intents_promoted_cleanup in (promoted_at, id) order, the order it keeps;
+# SKIP LOCKED passes over rows that duplicate recorders hold FOR KEY SHARE.
+DELETE_PROMOTED_BEFORE: Final[LiteralString] = """
+DELETE FROM runledger_job_enqueue_intents
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM runledger_job_enqueue_intents
+    WHERE status = 'PROMOTED' AND promoted_at < %(cutoff)s
+    ORDER BY promoted_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+))
+"""
+
+COUNT_PROMOTED_BEFORE: Final[LiteralString] = """
+SELECT count(*) FROM runledger_job_enqueue_intents
+WHERE status = 'PROMOTED' AND promoted_at < %(cutoff)s
+"""
+
+# Exact-ID cleanup: intents first (the recorder's intent-before-job order), found through
+# idx_job_enqueue_intents_promoted_job, the only index that holds promoted_job_id. The status
+# check applies to the rows found (a MATERIALIZED CTE keeps it out of the scan, where it would
+# let the planner read idx_job_enqueue_intents_promoted_cleanup, every promoted intent, instead).
+# The DELETE waits for row locks (a duplicate recorder's FOR KEY SHARE) within the caller's
+# lock_timeout.
+DELETE_PROMOTED_FOR_JOBS: Final[LiteralString] = """
+DELETE FROM runledger_job_enqueue_intents
+WHERE ctid = ANY(ARRAY(
+    WITH found AS MATERIALIZED (
+        SELECT ctid, status FROM runledger_job_enqueue_intents
+        WHERE promoted_job_id = ANY(%(job_ids)s::uuid[])
+    )
+    SELECT ctid FROM found WHERE status = 'PROMOTED'
+))
+"""
+
+# ... then the jobs, locked in id order so concurrent retention transactions cannot deadlock.
+LOCK_JOBS_IN_ID_ORDER: Final[LiteralString] = """
+SELECT id FROM runledger_job_queue WHERE id = ANY(%(job_ids)s::uuid[]) ORDER BY id FOR UPDATE
+"""

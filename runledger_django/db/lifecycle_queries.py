@@ -1,79 +1,19 @@
-"""Every raw SQL statement of the job lifecycle (the worker runtime), one named constant each.
-
-The intent path keeps its statements in ``queries.py``; this module is the same kind of place
-for what happens to a queue row after it is enqueued (reference runledger-worker 2-11).
+"""The raw SQL of the job lifecycle (the worker runtime), one named constant each: the claim,
+heartbeats and progress, success and failure, the hand-back, the reaper, and LISTEN/NOTIFY
+(reference runledger-worker 2-11).
 
 Each transition is ONE statement: a chain of data-modifying CTEs that moves the queue row,
 closes or opens its attempt row and appends its events, so a transition is atomic without an
 explicit transaction and costs one round trip. Worker-side writes re-check the exact lease
 (id, run number, attempt, worker id, still LEASED, lease not expired) *after* taking the row
 lock, so a lease that expires while the write waits is refused (reference 2, "lease fence").
-The tag comment leads each text so operators and tests can find it in pg_stat_activity.
+The tag comment leads each text so operators and tests can find it in pg_stat_activity. The
+caps sent in front of a transition are in ``session_queries``.
 """
 
 from __future__ import annotations
 
 from typing import Final, LiteralString
-
-# Cap lock_timeout and statement_timeout for the current (possibly implicit) transaction,
-# keeping a stricter value already in force, and pin the planner away from whole-table reads;
-# return the previous texts for an exact restore. Sent in front of a transition in the same
-# simple-protocol query when the caller has no transaction, so this costs no extra round trip.
-# The pins (no sort, no sequential or bitmap scan where an index can serve) keep every
-# transition's plan index-driven whatever the statistics say: on a queue nobody has analysed
-# yet, a claim otherwise read a type's whole backlog through another index and sorted it.
-# jit is off too: before PostgreSQL 18 a pin works by a huge cost penalty, which carried every
-# transition past the JIT thresholds (a claim spent 750 ms compiling itself on PostgreSQL 15).
-CAP_LIFECYCLE_TIMEOUTS: Final[LiteralString] = """
-WITH previous AS MATERIALIZED (
-    SELECT current_setting('lock_timeout') AS lock_text,
-           (extract(epoch FROM current_setting('lock_timeout')::interval) * 1000)::bigint
-               AS lock_ms,
-           current_setting('statement_timeout') AS statement_text,
-           (extract(epoch FROM current_setting('statement_timeout')::interval) * 1000)::bigint
-               AS statement_ms,
-           current_setting('enable_sort') AS enable_sort,
-           current_setting('enable_seqscan') AS enable_seqscan,
-           current_setting('enable_bitmapscan') AS enable_bitmapscan,
-           current_setting('jit') AS jit
-)
-SELECT previous.lock_text,
-       previous.statement_text,
-       previous.enable_sort,
-       previous.enable_seqscan,
-       previous.enable_bitmapscan,
-       previous.jit,
-       set_config('lock_timeout',
-                  CASE WHEN previous.lock_ms = 0 OR previous.lock_ms > %(cap_lock_ms)s
-                       THEN %(cap_lock_text)s ELSE previous.lock_text END,
-                  true),
-       set_config('statement_timeout',
-                  CASE WHEN previous.statement_ms = 0
-                            OR previous.statement_ms > %(cap_statement_ms)s
-                       THEN %(cap_statement_text)s ELSE previous.statement_text END,
-                  true),
-       set_config('enable_sort', 'off', true),
-       set_config('enable_seqscan', 'off', true),
-       set_config('enable_bitmapscan', 'off', true),
-       set_config('jit', 'off', true)
-FROM previous
-"""
-
-# The settings CAP_LIFECYCLE_TIMEOUTS returns the previous values of, in its column order.
-CAPPED_SETTINGS: Final = (
-    "lock_timeout",
-    "statement_timeout",
-    "enable_sort",
-    "enable_seqscan",
-    "enable_bitmapscan",
-    "jit",
-)
-
-# Wake listeners after a commit. synchronous_commit is switched off for this tiny transaction
-# only: a notification needs no durable commit, and it must not wait for a WAL flush.
-NOTIFY: Final[LiteralString] = (
-    "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%(channel)s, '')"
-)
 
 # --- claim -------------------------------------------------------------------------------------
 
@@ -748,124 +688,6 @@ WHERE claim.resource_key IN (
 RETURNING claim.resource_key
 """
 
-# --- operator actions (reference 11) ------------------------------------------------------------
-
-# A scope is an id lookup plus this predicate: the primary key does the work, so one text
-# serves every scope.
-_JOB_IN_SCOPE: Final[LiteralString] = """
-    job.id = %(job_id)s
-    AND (%(admin)s OR job.organization_id IS NOT DISTINCT FROM %(organization_id)s)
-"""
-
-# Cancel a PENDING or LEASED job. The lease expiry stays as the quiescence marker: a handler
-# still running is fenced at its next write, and a keyed resource stays held until then.
-CANCEL_JOB: Final[LiteralString] = (
-    """
-/* runledger:cancel_job */
-WITH canceled AS (
-    UPDATE runledger_job_queue job
-    SET status = 'CANCELED',
-        last_heartbeat_at = NULL,
-        worker_id = NULL,
-        finished_at = now(),
-        output = NULL,
-        status_reason = 'CANCELED'
-    WHERE """
-    + _JOB_IN_SCOPE
-    + """ AND job.status IN ('PENDING', 'LEASED')
-    RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
-              job.progress_total,
-              CASE WHEN job.lease_expires_at > clock_timestamp() THEN job.lease_expires_at
-                   END AS lease_quiesces_at
-),
-attempt_row AS (
-    UPDATE runledger_job_attempts attempt_row
-    SET finished_at = now(), outcome = 'CANCELED'
-    FROM canceled
-    WHERE attempt_row.job_id = canceled.id AND attempt_row.run_number = canceled.run_number
-      AND attempt_row.attempt = canceled.attempt AND attempt_row.finished_at IS NULL
-),
-event AS (
-    INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
-    )
-    SELECT id, run_number, NULLIF(attempt, 0), 'CANCELED', stage, progress_done,
-           progress_total,
-           jsonb_strip_nulls(jsonb_build_object('reason', 'CANCELED',
-                                                'lease_quiesces_at', lease_quiesces_at))
-    FROM canceled
-)
-SELECT 'CANCELED' FROM canceled
-"""
-)
-
-# Put a DEAD_LETTERED or CANCELED job back to PENDING with a fresh attempt budget: a new run
-# number, attempt 0, due now. Progress and checkpoint are kept, so a handler can resume. A
-# cancelled job whose old lease is still live is left alone (its handler may still run).
-REQUEUE_JOB: Final[LiteralString] = (
-    """
-/* runledger:requeue_job */
-WITH target AS MATERIALIZED (
-    SELECT job.id, job.status, job.run_number,
-           -- A job cancelled while PENDING has no lease expiry: NULL must mean quiescent.
-           COALESCE(job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp(), false)
-               AS not_quiesced,
-           -- One more run would pass chk_job_queue_values_in_range: refuse, never fail.
-           job.run_number >= 2147483646 AS runs_exhausted
-    FROM runledger_job_queue job
-    WHERE """
-    + _JOB_IN_SCOPE
-    + """
-    FOR NO KEY UPDATE
-),
-requeued AS (
-    UPDATE runledger_job_queue job
-    SET status = 'PENDING',
-        run_number = job.run_number + 1,
-        attempt = 0,
-        stage = 'queued',
-        next_run_at = now(),
-        lease_expires_at = NULL,
-        last_heartbeat_at = NULL,
-        worker_id = NULL,
-        started_at = NULL,
-        finished_at = NULL,
-        output = NULL,
-        status_reason = 'REQUEUED',
-        last_error_code = NULL,
-        last_error_message = NULL
-    FROM target
-    WHERE job.id = target.id AND target.status IN ('DEAD_LETTERED', 'CANCELED')
-      AND NOT target.not_quiesced AND NOT target.runs_exhausted
-    RETURNING job.id, job.run_number, job.stage, job.progress_done, job.progress_total,
-              target.run_number AS previous_run_number, target.status AS previous_status
-),
-released AS (
-    DELETE FROM runledger_job_execution_resource_claims claim
-    USING requeued
-    WHERE claim.job_id = requeued.id
-),
-event AS (
-    INSERT INTO runledger_job_events (
-        job_id, run_number, event_type, stage, progress_done, progress_total, payload
-    )
-    SELECT id, previous_run_number, 'REQUEUED', stage, progress_done, progress_total,
-           jsonb_build_object('reason', 'REQUEUED', 'previous_status', previous_status,
-                              'next_run_number', run_number,
-                              'state_policy', 'preserve_progress_and_checkpoint',
-                              'requeue_kind', 'COMPARE_AND_REQUEUE')
-    FROM requeued
-)
-SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL, target.runs_exhausted
-FROM target LEFT JOIN requeued ON requeued.id = target.id
-"""
-)
-
-# The status of one job in a scope (to tell "not found" from "wrong state").
-JOB_STATUS_IN_SCOPE: Final[LiteralString] = (
-    "SELECT job.status FROM runledger_job_queue job WHERE " + _JOB_IN_SCOPE
-)
-
 # --- wake-ups ----------------------------------------------------------------------------------
 
 # A worker's listening connection subscribes to the channels services/wakeup.py notifies.
@@ -876,3 +698,9 @@ LISTEN_INTENTS: Final[LiteralString] = "LISTEN runledger_intents"
 # LISTEN takes an identifier, never a parameter: {channel} is filled by psycopg.sql.Identifier.
 LISTEN_PROBE: Final[LiteralString] = "LISTEN {channel}"
 UNLISTEN_PROBE: Final[LiteralString] = "UNLISTEN {channel}"
+
+# Wake listeners after a commit. synchronous_commit is switched off for this tiny transaction
+# only: a notification needs no durable commit, and it must not wait for a WAL flush.
+NOTIFY: Final[LiteralString] = (
+    "SELECT set_config('synchronous_commit', 'off', true), pg_notify(%(channel)s, '')"
+)
