@@ -23,7 +23,7 @@ from runledger_django.domain import (
     format_timestamp,
 )
 from runledger_django.errors import RunledgerError
-from runledger_django.models import decode_intent_state
+from runledger_django.models.intents import decode_intent_state
 
 INTENT_ID = uuid.UUID("0190f6c2-1c2d-7a3b-8c4d-5e6f708192a3")
 JOB_ID = uuid.UUID("0190f6c2-1c2d-7a3b-8c4d-5e6f708192a4")

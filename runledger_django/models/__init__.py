@@ -1,0 +1,34 @@
+"""The four runledger tables. Writes go through the services; models are schema plus reads.
+
+Constraint and index names are contract (error classification and operators rely on them).
+What the ORM cannot express (Unicode blank CHECKs, the lifecycle CHECK, triggers, immediate
+ON DELETE RESTRICT/CASCADE foreign keys, UUIDv7 defaults) lives in migration 0002 as RunSQL,
+and so do the secondary indexes: their contract names are longer than the 30 characters
+Django allows in Meta.indexes. Migration 0007 adds the CHECKs that keep every stored time
+readable by Python and every counter below the integer maximum (validated without a long
+lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin's search.
+
+One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims),
+``intents`` (enqueue intents), ``admin_pages`` (the proxies behind admin index entries). Every
+model is re-exported here, so ``from runledger_django.models import Job`` keeps working.
+"""
+
+from __future__ import annotations
+
+from ..domain import FK_INTENT_PROMOTED_JOB
+from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
+from .intents import JobEnqueueIntent
+from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim
+
+__all__ = [
+    "FK_INTENT_PROMOTED_JOB",
+    "DeadLetter",
+    "IntentMetricsPage",
+    "Job",
+    "JobAttempt",
+    "JobDefinition",
+    "JobEnqueueIntent",
+    "JobEvent",
+    "JobExecutionResourceClaim",
+    "JobMetricsPage",
+]
