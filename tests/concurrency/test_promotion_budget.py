@@ -27,7 +27,7 @@ from runledger_django import (
 )
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobEnqueueIntent
-from runledger_django.services import promotion
+from runledger_django.services import promotion_pass as promotion
 from tests.conftest import TEST_JOB_TYPE, InThread, MakeDefinition, Observer, run_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -32,7 +32,7 @@ from runledger_django.db import (
 )
 from runledger_django.errors import CATALOG, Code
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
-from runledger_django.services.promotion import STAGE_VALUES
+from runledger_django.services.promotion_pass import STAGE_VALUES
 from tests.conftest import TEST_JOB_TYPE, MakeDefinition, run_sql
 
 # Committed, and emptied by TRUNCATE afterwards: rows written and rolled back would stay behind

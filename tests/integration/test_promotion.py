@@ -39,7 +39,7 @@ from runledger_django import (
 from runledger_django.domain import format_timestamp
 from runledger_django.errors import Code, ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent, JobEvent
-from runledger_django.services.promotion import failure_action
+from runledger_django.services.promotion_pass import failure_action
 from tests.conftest import TEST_JOB_TYPE, MakeDefinition, insert_raw_intent, run_sql
 
 pytestmark = pytest.mark.django_db(transaction=True)
