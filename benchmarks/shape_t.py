@@ -158,7 +158,7 @@ def _listing(ctx: Context, definitions: int) -> None:
     """The worker's task job type listing (every queue, and one queue) at this many task
     definitions, with the plan PostgreSQL chose."""
     from runledger_django.models import JobDefinition
-    from runledger_django.tasks.runner import task_source
+    from runledger_django.tasks.backend import task_source
 
     reset_runledger()
     JobDefinition.objects.bulk_create(

@@ -11,14 +11,14 @@ import datetime as dt
 import functools
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
 
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
-from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db import DatabaseError, connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
@@ -29,15 +29,17 @@ from django.utils.module_loading import import_string
 from ..domain import IntentOutcome
 from ..errors import Code, RunledgerError
 from ..uuid7 import uuid7
-from ..validation import INT32_MAX, prepare_enqueue, validate_idempotency_key
+from ..validation import prepare_enqueue, validate_idempotency_key
+from ..worker.registry import registry
 from . import definitions
+from .formats import BackendOptions, TaskPayload, read_options
 from .naming import JobTypeError, parse_task_job_type, task_job_type
 from .results import build_result, django_time, enqueued_at_of, read_attempts
+from .runner import TaskSource
 
 if TYPE_CHECKING:
     from ..models import Job, JobEnqueueIntent
 
-OPTION_KEYS = ("DATABASE", "MAX_ATTEMPTS", "TIMEOUT_SECONDS")
 
 VALIDATION_CACHE_SIZE = 1024
 """Task options whose validation a backend remembers (cleared when full)."""
@@ -117,101 +119,6 @@ def check_task_key(key: object) -> None:
         raise InvalidTask(f"Invalid idempotency key: {error.client_message}") from None
 
 
-@dataclass(frozen=True, slots=True)
-class TaskPayload:
-    """What a task's job carries: the backend alias, whether the caller chose the key, and
-    the normalised arguments."""
-
-    backend: str
-    keyed: bool
-    args: list[Any]
-    kwargs: dict[str, Any]
-
-    @classmethod
-    def decode(cls, value: object) -> TaskPayload | None:
-        """The payload of a task's intent or job, or None when it is not one."""
-        if not isinstance(value, dict):
-            return None
-        backend, keyed = value.get("backend"), value.get("keyed")
-        args, kwargs = value.get("args"), value.get("kwargs")
-        if not (
-            isinstance(backend, str)
-            and isinstance(keyed, bool)
-            and isinstance(args, list)
-            and isinstance(kwargs, dict)
-        ):
-            return None
-        return cls(backend=backend, keyed=keyed, args=args, kwargs=kwargs)
-
-
-@dataclass(frozen=True, slots=True)
-class BackendOptions:
-    """``OPTIONS`` of a backend, read once per instance."""
-
-    database: str
-    """The database alias the intents go to (default ``"default"``); a worker runs the tasks
-    of the backends whose database it works on."""
-    max_attempts: int | None
-    """Attempts of a new task's definition (None: the table default, 8). Operators change it
-    per task afterwards, in the admin's job definitions."""
-    timeout_seconds: int | None
-    """The run time limit of a new task's definition (None: the table default, 900 s)."""
-    problems: tuple[tuple[str, str, str], ...]
-    """``(check id, message, hint)`` for every invalid option."""
-
-
-def read_options(options: object) -> BackendOptions:
-    """Parse ``OPTIONS`` without raising: ``check()`` reports the problems, ``enqueue()``
-    refuses to run with any."""
-    problems: list[tuple[str, str, str]] = []
-    if not isinstance(options, Mapping):
-        problems.append(
-            ("runledger.E103", "OPTIONS must be a dict.", f"Known keys: {', '.join(OPTION_KEYS)}.")
-        )
-        options = {}
-    unknown = sorted(str(key) for key in options if key not in OPTION_KEYS)
-    if unknown:
-        problems.append(
-            (
-                "runledger.E103",
-                f"OPTIONS has unknown keys: {', '.join(unknown)}.",
-                f"Known keys: {', '.join(OPTION_KEYS)}.",
-            )
-        )
-    database = options.get("DATABASE", DEFAULT_DB_ALIAS)
-    if not isinstance(database, str) or database not in settings.DATABASES:
-        problems.append(
-            (
-                "runledger.E106",
-                f"OPTIONS['DATABASE'] must name a database in DATABASES, got {database!r}.",
-                "Leave it out to use 'default'.",
-            )
-        )
-        database = DEFAULT_DB_ALIAS
-    numbers: dict[str, int | None] = {}
-    for key, check_id in (
-        ("MAX_ATTEMPTS", "runledger.E104"),
-        ("TIMEOUT_SECONDS", "runledger.E105"),
-    ):
-        value = options.get(key)
-        if value is not None and (type(value) is not int or not 0 < value <= INT32_MAX):
-            problems.append(
-                (
-                    check_id,
-                    f"OPTIONS['{key}'] must be a positive 32-bit int or None, got {value!r}.",
-                    "It is the default of each new task's job definition.",
-                )
-            )
-            value = None
-        numbers[key] = value
-    return BackendOptions(
-        database=database,
-        max_attempts=numbers["MAX_ATTEMPTS"],
-        timeout_seconds=numbers["TIMEOUT_SECONDS"],
-        problems=tuple(problems),
-    )
-
-
 def _undecodable() -> RunledgerError:
     """A task's rows hold JSON Python cannot parse (an integer past its int-to-str digit limit,
     written by hand): its arguments or its result cannot be rebuilt."""
@@ -261,10 +168,7 @@ class RunledgerTaskBackend(BaseTaskBackend):
         self._options: BackendOptions | None = None
         self._valid: dict[tuple[Any, ...] | None, str] = {}
         # The worker finds tasks through this source; registering it reads nothing.
-        from .runner import registry as worker_registry
-        from .runner import task_source
-
-        worker_registry.add_source(task_source)
+        registry.add_source(task_source)
 
     @property
     def backend_options(self) -> BackendOptions:
@@ -619,3 +523,7 @@ class RunledgerTaskBackend(BaseTaskBackend):
                     )
                 )
         return messages
+
+
+task_source = TaskSource(RunledgerTaskBackend)
+"""The one source per process (the registry keeps each source once)."""

@@ -1,7 +1,8 @@
 """The worker side: which task job types a worker runs, and running one as Django's do.
 
-``task_source`` is a ``HandlerSource`` of the worker registry, registered by the first backend
-instance of a process (``runledger_worker`` instantiates the configured backends at start). A
+A ``TaskSource`` is a ``HandlerSource`` of the worker registry; ``backend.py`` makes the one of
+a process for its backend class (``task_source``) and registers it from the first backend
+instance (``runledger_worker`` instantiates the configured backends at start). A
 worker without ``--job-type`` asks it every few seconds for the enabled task definitions of
 its queues; ``resolve`` hands back a handler that imports the task by its module path when the
 job runs. The handler rebuilds the ``TaskResult`` from the rows (so ``TaskContext.attempt`` is
@@ -14,9 +15,10 @@ from __future__ import annotations
 
 import functools
 import traceback
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -32,14 +34,22 @@ from ..domain import FailureKind
 from ..errors import Code, RunledgerError
 from ..validation import encode_payload
 from ..worker.outcomes import TerminalJobError, class_path, failure_from_exception
-from ..worker.registry import Handler, registry
-from .backend import RunledgerTaskBackend, TaskPayload, read_options
+from ..worker.registry import Handler
+from .formats import TaskPayload, read_options
 from .naming import TASK_PREFIX, parse_task_job_type, queue_prefix
 
 if TYPE_CHECKING:
     from ..worker.context import JobContext
 
-__all__ = ["TaskSource", "registry", "task_source"]
+
+class TaskBackend(Protocol):
+    """What the worker side needs of a RunledgerTaskBackend: the result a claimed job stands
+    for (``backend.py`` defines the class; see ``TaskSource``)."""
+
+    def result_of_job(self, job_id: uuid.UUID) -> TaskResult[..., Any]: ...
+
+
+__all__ = ["TaskRunner", "TaskSource"]
 
 # Terminal failures of a task's job (errors.Code has their client messages):
 TASK_NOT_FOUND = Code.TASK_NOT_FOUND.value
@@ -55,9 +65,9 @@ TASK_PAYLOAD_INVALID = Code.TASK_PAYLOAD_INVALID.value
 the backend)."""
 
 
-def serving_databases() -> frozenset[str]:
-    """The databases of the RunledgerTaskBackends in the current TASKS setting (read each
-    time, so ``override_settings`` applies; no query)."""
+def serving_databases(backend_class: type[TaskBackend]) -> frozenset[str]:
+    """The databases of the ``backend_class`` backends (RunledgerTaskBackends) in the current
+    TASKS setting (read each time, so ``override_settings`` applies; no query)."""
     configured = getattr(settings, "TASKS", None)
     if not isinstance(configured, Mapping):
         return frozenset()
@@ -66,16 +76,23 @@ def serving_databases() -> frozenset[str]:
         if not isinstance(params, Mapping):
             continue
         try:
-            backend_class = import_string(str(params.get("BACKEND")))
+            found = import_string(str(params.get("BACKEND")))
         except ImportError:
             continue
-        if isinstance(backend_class, type) and issubclass(backend_class, RunledgerTaskBackend):
+        if isinstance(found, type) and issubclass(found, backend_class):
             databases.add(read_options(params.get("OPTIONS", {})).database)
     return frozenset(databases)
 
 
 class TaskSource:
-    """The job types of Django tasks, found in the job definitions the backend creates."""
+    """The job types of Django tasks, found in the job definitions the backend creates.
+
+    ``backend_class`` is RunledgerTaskBackend: given by ``backend.py``, which makes the source,
+    so this module (the worker side) never imports the backend that registers it.
+    """
+
+    def __init__(self, backend_class: type[TaskBackend]) -> None:
+        self.backend_class = backend_class
 
     def job_types(self, queues: Sequence[str] | None, *, using: str) -> list[str]:
         """The enabled task job types on ``queues`` (None: every queue), when this worker's
@@ -85,7 +102,7 @@ class TaskSource:
         text_pattern_ops index Django creates for a text primary key, whatever the
         collation (docs/tasks.md has the measurements).
         """
-        if using not in serving_databases():
+        if using not in serving_databases(self.backend_class):
             return []
         from ..db.classify import classify
         from ..models import JobDefinition
@@ -113,26 +130,23 @@ class TaskSource:
     def resolve(self, job_type: str) -> Handler | None:
         """A handler for any task job type; whether the task imports is found out when the
         job runs (and fails it with a clear code)."""
-        return _handler(job_type)
+        return _handler(job_type, self.backend_class)
 
 
 @functools.lru_cache(maxsize=4096)
-def _handler(job_type: str) -> Handler | None:
+def _handler(job_type: str, backend_class: type[TaskBackend]) -> Handler | None:
     parsed = parse_task_job_type(job_type)
     if parsed is None:
         return None
-    return Handler(job_type=job_type, func=TaskRunner(parsed[1]))
-
-
-task_source = TaskSource()
-"""The one source per process (the registry keeps each source once)."""
+    return Handler(job_type=job_type, func=TaskRunner(parsed[1], backend_class))
 
 
 class TaskRunner:
     """The handler of one task job type."""
 
-    def __init__(self, module_path: str) -> None:
+    def __init__(self, module_path: str, backend_class: type[TaskBackend]) -> None:
         self.module_path = module_path
+        self.backend_class = backend_class
 
     def __repr__(self) -> str:
         return f"TaskRunner({self.module_path!r})"
@@ -143,7 +157,7 @@ class TaskRunner:
             raise TerminalJobError(
                 "The job does not carry a task's payload.", code=TASK_PAYLOAD_INVALID
             )
-        backend = _backend(payload.backend)
+        backend = _backend(payload.backend, self.backend_class)
         try:
             result = backend.result_of_job(job.job_id)
         except InvalidTask as error:
@@ -174,7 +188,7 @@ class TaskRunner:
         return value
 
 
-def _backend(alias: str) -> RunledgerTaskBackend:
+def _backend(alias: str, backend_class: type[TaskBackend]) -> TaskBackend:
     from django.tasks import task_backends
 
     try:
@@ -184,7 +198,7 @@ def _backend(alias: str) -> RunledgerTaskBackend:
             f"Task backend {alias!r} is not configured on this worker: {error}",
             code=TASK_BACKEND_UNAVAILABLE,
         ) from error
-    if not isinstance(backend, RunledgerTaskBackend):
+    if not isinstance(backend, backend_class):
         raise TerminalJobError(
             f"Task backend {alias!r} is a {type(backend).__name__} on this worker, not a "
             "RunledgerTaskBackend.",

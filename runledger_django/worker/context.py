@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from ..domain import ClaimedJob, JobLease
 from ..errors import Code, RunledgerError
 from ..services._lease import lease_mismatch
 from ..services.lifecycle import heartbeat_leases, update_job_progress
 
-if TYPE_CHECKING:
-    from .execution import Execution
+
+class RunningAttempt(Protocol):
+    """What a context needs of the attempt it belongs to (``execution.Execution`` is the one):
+    the claim, its deadline and lease, and the flag that the lease is gone. A protocol, so
+    this module does not import the executor that builds the contexts."""
+
+    claimed: ClaimedJob
+    lease_seconds: int
+    deadline: float
+    """Monotonic time at which the handler has run out of time."""
+    lost: threading.Event
+
+    @property
+    def lease(self) -> JobLease: ...
+
+    def mark_lost(self, reason: str) -> None: ...
 
 
 class JobContext:
@@ -26,7 +42,7 @@ class JobContext:
     transaction, so a checkpoint can commit together with the work it records.
     """
 
-    def __init__(self, execution: Execution, *, using: str) -> None:
+    def __init__(self, execution: RunningAttempt, *, using: str) -> None:
         claimed = execution.claimed
         self._execution = execution
         self._using = using

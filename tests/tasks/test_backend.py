@@ -40,7 +40,7 @@ from django.test.utils import CaptureQueriesContext
 from runledger_django import RunledgerError
 from runledger_django.models import JobDefinition, JobEnqueueIntent
 from runledger_django.tasks import RunledgerTask, RunledgerTaskBackend, with_idempotency_key
-from runledger_django.tasks.runner import task_source
+from runledger_django.tasks.backend import task_source
 from tests.conftest import OpenSession, run_sql
 from tests.tasks import app_tasks
 from tests.tasks.app_tasks import add, always_fails, report_context, send_receipt

@@ -37,7 +37,7 @@ from runledger_django import (
 )
 from runledger_django.models import Job, JobAttempt, JobDefinition, JobEnqueueIntent
 from runledger_django.tasks import RunledgerTaskBackend, with_idempotency_key
-from runledger_django.tasks.runner import task_source
+from runledger_django.tasks.backend import task_source
 from runledger_django.worker.registry import registry
 from tests.conftest import OpenSession, run_sql
 from tests.tasks.app_tasks import (
