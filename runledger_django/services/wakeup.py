@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from django.db import DatabaseError, connections, transaction
 
@@ -69,3 +71,41 @@ def _send(using: str, channel: str) -> None:
     except DatabaseError as exc:
         # The caller's work is committed; a lost wake-up only costs a poll interval.
         logger.debug("wake-up notification failed: %s", type(exc).__name__)
+
+
+# --- the listening side: a worker's listener runs these on raw psycopg connections -----------
+
+_LISTEN = {
+    JOBS_CHANNEL: lifecycle_queries.LISTEN_JOBS,
+    INTENTS_CHANNEL: lifecycle_queries.LISTEN_INTENTS,
+}
+
+
+def subscribe(conn: Any, channels: Sequence[str]) -> None:
+    """LISTEN on each of ``channels`` (``JOBS_CHANNEL``, ``INTENTS_CHANNEL``), in that order.
+
+    ``conn`` is a psycopg connection of the caller's own, in autocommit mode: a subscription
+    lasts as long as the session, so it never goes through Django's connection handling.
+    """
+    for channel in channels:
+        conn.execute(_LISTEN[channel])
+
+
+def listen_probe(conn: Any, channel: str) -> None:
+    """LISTEN on a probe's private ``channel`` (an identifier: it cannot be a parameter)."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL(lifecycle_queries.LISTEN_PROBE).format(channel=sql.Identifier(channel)))
+
+
+def unlisten_probe(conn: Any, channel: str) -> None:
+    """Drop the subscription ``listen_probe`` made."""
+    from psycopg import sql
+
+    conn.execute(sql.SQL(lifecycle_queries.UNLISTEN_PROBE).format(channel=sql.Identifier(channel)))
+
+
+def notify_now(conn: Any, channel: str) -> None:
+    """Notify ``channel`` from ``conn`` (a raw connection in autocommit mode) at once, without
+    coalescing: the listener's probe, which must come from a session of its own."""
+    conn.execute(lifecycle_queries.NOTIFY, {"channel": channel})

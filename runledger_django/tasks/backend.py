@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
-from django.db import DatabaseError, connections
+from django.db import connections
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
@@ -34,7 +34,7 @@ from ..worker.registry import registry
 from . import definitions
 from .formats import BackendOptions, TaskPayload, read_options
 from .naming import JobTypeError, parse_task_job_type, task_job_type
-from .results import build_result, django_time, enqueued_at_of, read_attempts
+from .results import build_result, django_time, enqueued_at_of
 from .runner import TaskSource
 
 if TYPE_CHECKING:
@@ -326,18 +326,10 @@ class RunledgerTaskBackend(BaseTaskBackend):
         task: Task[..., Any] | None = None,
         result_id: object = None,
     ) -> TaskResult[..., Any]:
-        from ..db.classify import classify
-        from ..models import JobEnqueueIntent
+        from ..services.task_results import intent_with_job
 
         try:
-            intent = (
-                JobEnqueueIntent.objects.using(self.database)
-                .select_related("promoted_job")
-                .filter(pk=intent_id)
-                .first()
-            )
-        except DatabaseError as exc:
-            raise classify(exc, "read task result") from exc
+            intent = intent_with_job(intent_id, using=self.database)
         except ValueError:
             raise _undecodable() from None
         if intent is None:
@@ -371,23 +363,10 @@ class RunledgerTaskBackend(BaseTaskBackend):
             InvalidTask: the task cannot be imported or rebuilt (``__cause__`` says why).
             TaskResultDoesNotExist: the job is gone or does not carry a task of this backend.
         """
-        from ..db.classify import classify
-        from ..models import Job, JobEnqueueIntent
+        from ..services.task_results import intent_or_job
 
         try:
-            intent = (
-                JobEnqueueIntent.objects.using(self.database)
-                .select_related("promoted_job")
-                .filter(promoted_job_id=job_id)
-                .first()
-            )
-            job = (
-                None
-                if intent is not None
-                else Job.objects.using(self.database).filter(pk=job_id).first()
-            )
-        except DatabaseError as exc:
-            raise classify(exc, "read task result") from exc
+            intent, job = intent_or_job(job_id, using=self.database)
         except ValueError:
             raise _undecodable() from None
         if intent is not None:
@@ -421,7 +400,7 @@ class RunledgerTaskBackend(BaseTaskBackend):
         job: Job | None,
         task: Task[..., Any] | None,
     ) -> TaskResult[..., Any]:
-        from ..db.classify import classify
+        from ..services.task_results import attempts_of
 
         parsed = parse_task_job_type(job_type)
         if parsed is None or payload is None or payload.backend != self.alias:
@@ -435,10 +414,7 @@ class RunledgerTaskBackend(BaseTaskBackend):
                 run_after=run_after,
                 idempotency_key=idempotency_key,
             )
-        try:
-            attempts = read_attempts(job, using=self.database)
-        except DatabaseError as exc:
-            raise classify(exc, "read task attempts") from exc
+        attempts = attempts_of(job, using=self.database)
         return build_result(
             task=task,
             result_id=str(result_id),

@@ -132,26 +132,3 @@ def build_result(
     )
     object.__setattr__(result, "_return_value", return_value)  # init=False, as Django's do
     return result
-
-
-def read_attempts(job: Job | None, *, using: str) -> list[JobAttempt]:
-    """The job's attempt rows in the order they ran (every run number), or none before the
-    first claim (no query then)."""
-    from ..models import JobAttempt
-
-    if job is None or (job.attempt == 0 and job.run_number == 1):
-        return []
-    return list(
-        JobAttempt.objects.using(using)
-        .filter(job_id=job.id)
-        .order_by("run_number", "attempt")
-        .only(
-            "worker_id",
-            "leased_at",
-            "outcome",
-            "error_code",
-            "error_message",
-            "error_class",
-            "error_traceback",
-        )
-    )

@@ -21,8 +21,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
-from django.db import DatabaseError
-from django.db.models import Q
 from django.tasks.base import TaskContext, TaskError, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend
 from django.tasks.signals import task_finished, task_started
@@ -104,21 +102,10 @@ class TaskSource:
         """
         if using not in serving_databases(self.backend_class):
             return []
-        from ..db.classify import classify
-        from ..models import JobDefinition
+        from ..services.task_results import enabled_job_types
 
         prefixes = [TASK_PREFIX] if queues is None else [queue_prefix(q) for q in queues]
-        condition = Q()
-        for prefix in prefixes:
-            condition |= Q(job_type__startswith=prefix)
-        try:
-            found = list(
-                JobDefinition.objects.using(using)
-                .filter(condition, is_enabled=True)
-                .values_list("job_type", flat=True)
-            )
-        except DatabaseError as exc:
-            raise classify(exc, "list task job types") from exc
+        found = enabled_job_types(prefixes, using=using)
         wanted = None if queues is None else set(queues)
         types = []
         for job_type in found:

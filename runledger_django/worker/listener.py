@@ -16,8 +16,14 @@ from typing import Any
 
 from django.db import connections
 
-from ..db import lifecycle_queries
-from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL
+from ..services.wakeup import (
+    INTENTS_CHANNEL,
+    JOBS_CHANNEL,
+    listen_probe,
+    notify_now,
+    subscribe,
+    unlisten_probe,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -61,10 +67,6 @@ class Listener(threading.Thread):
         super().__init__(name="runledger-listener", daemon=True)
         self.using = using
         self.channels = [JOBS_CHANNEL, *([INTENTS_CHANNEL] if promote else [])]
-        self.statements = [
-            lifecycle_queries.LISTEN_JOBS,
-            *([lifecycle_queries.LISTEN_INTENTS] if promote else []),
-        ]
         self.on_notify = on_notify
         self.on_disconnect = on_disconnect
         self.stop = stop
@@ -86,14 +88,11 @@ class Listener(threading.Thread):
         Only another session can tell: a backend delivers its own notifications to whichever
         client holds it when its transaction ends, and through a pooler that is the sender.
         """
-        from psycopg import sql
-
         name = PROBE_CHANNEL_PREFIX + uuid.uuid4().hex
-        channel = sql.Identifier(name)
-        conn.execute(sql.SQL(lifecycle_queries.LISTEN_PROBE).format(channel=channel))
+        listen_probe(conn, name)
         sender = self._open()
         try:
-            sender.execute(lifecycle_queries.NOTIFY, {"channel": name})
+            notify_now(sender, name)
         finally:
             sender.close()
         deadline = time.monotonic() + PROBE_SECONDS
@@ -108,7 +107,7 @@ class Listener(threading.Thread):
                     break
         # Through a pooler this may reach another server than the LISTEN did; the stranded
         # subscription is to a channel nobody will ever notify again.
-        conn.execute(sql.SQL(lifecycle_queries.UNLISTEN_PROBE).format(channel=channel))
+        unlisten_probe(conn, name)
         return arrived
 
     def run(self) -> None:
@@ -124,8 +123,7 @@ class Listener(threading.Thread):
                         logger.warning(UNREACHABLE_MESSAGE, self.poll_interval)
                         self.unreachable.set()
                     return
-                for statement in self.statements:
-                    conn.execute(statement)
+                subscribe(conn, self.channels)
                 self.connected.set()
                 delay = RECONNECT_FIRST_SECONDS
                 for channel in self.channels:
