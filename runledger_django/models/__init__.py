@@ -1,4 +1,4 @@
-"""The four runledger tables. Writes go through the services; models are schema plus reads.
+"""The runledger tables. Writes go through the services; models are schema plus reads.
 
 Constraint and index names are contract (error classification and operators rely on them).
 What the ORM cannot express (Unicode blank CHECKs, the lifecycle CHECK, triggers, immediate
