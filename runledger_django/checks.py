@@ -85,6 +85,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
             )
         )
     errors += _worker_setting_errors(raw)
+    errors += _schedule_setting_errors(raw)
     return errors
 
 
@@ -134,6 +135,30 @@ def _worker_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
                     id=check_id,
                 )
             )
+    return errors
+
+
+def _schedule_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The scheduler's settings (SPEC "Periodic schedules"); ids E050 and up."""
+    errors: list[CheckMessage] = []
+    poll = raw.get("SCHEDULE_POLL_SECONDS", DEFAULTS["SCHEDULE_POLL_SECONDS"])
+    if not _is_seconds(poll) or poll < 1:
+        errors.append(
+            Error(
+                "RUNLEDGER['SCHEDULE_POLL_SECONDS'] must be a finite number of seconds, at "
+                "least 1.",
+                hint="The default is 30; schedulers wake sooner when a cursor comes due.",
+                id="runledger.E050",
+            )
+        )
+    if "SCHEDULE_BATCH_SIZE" in raw and not _is_int_in(raw["SCHEDULE_BATCH_SIZE"], 1, 1000):
+        errors.append(
+            Error(
+                "RUNLEDGER['SCHEDULE_BATCH_SIZE'] must be an int from 1 to 1000.",
+                hint="The default is 500.",
+                id="runledger.E051",
+            )
+        )
     return errors
 
 

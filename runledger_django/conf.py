@@ -18,6 +18,9 @@ DEFAULTS: dict[str, Any] = {
     "WAKEUP_NOTIFY": True,
     "WORKER_LISTEN": True,
     "OUTAGE_LIMIT_SECONDS": 300,
+    # periodic schedules
+    "SCHEDULE_POLL_SECONDS": 30,
+    "SCHEDULE_BATCH_SIZE": 500,
 }
 
 
@@ -101,6 +104,23 @@ class Settings:
         """How long a long-running worker or promoter keeps retrying an unreachable database
         before it exits non-zero so its supervisor restarts it. Default: 300."""
         return float(self._get("OUTAGE_LIMIT_SECONDS"))
+
+    # --- periodic schedules ---
+
+    @property
+    def SCHEDULE_POLL_SECONDS(self) -> float:  # noqa: N802
+        """The longest a scheduler sleeps between looks at the schedules (at least 1). It
+        sleeps less when a cursor comes due sooner, and a saved schedule wakes it at once
+        (where notifications reach it), so this bounds only how late a change made around
+        the notifications is seen. An idle scheduler runs one statement per interval.
+        Default: 30."""
+        return float(self._get("SCHEDULE_POLL_SECONDS"))
+
+    @property
+    def SCHEDULE_BATCH_SIZE(self) -> int:  # noqa: N802
+        """Due schedules one scheduler pass locks and fires together (1 to 1000). Default:
+        500."""
+        return int(self._get("SCHEDULE_BATCH_SIZE"))
 
 
 conf = Settings()

@@ -6,7 +6,7 @@ import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from django.db import models
 
@@ -440,4 +440,190 @@ class JobMetrics:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["oldest_due_at"] = format_timestamp(self.oldest_due_at)
+        return data
+
+
+# --- periodic schedules ----------------------------------------------------------------------
+
+FK_SCHEDULE_JOB_TYPE = "fk_job_schedules_job_type"
+UQ_SCHEDULE_NAME = "uq_job_schedules_name"
+UQ_SCHEDULE_FIRE = "uq_schedule_fires_schedule_scheduled_for"
+GUARD_DEFINITION_ACTIVE_SCHEDULE = "chk_job_definitions_no_active_schedule"
+"""The name the definitions trigger reports when a disable meets an active schedule."""
+
+
+@dataclass(frozen=True, slots=True)
+class TargetSpec:
+    """What a schedule (or a workflow step) enqueues for a target that is not a plain job
+    type: the job type, the payload and the target's own priority."""
+
+    job_type: str
+    payload: dict[str, JSONValue]
+    priority: int | None
+
+
+class JobTarget(Protocol):
+    """Anything that can say which job it stands for, given arguments (a ``django.tasks``
+    Task made with RunledgerTaskBackend). Lower layers accept ``str | JobTarget``."""
+
+    def job_target(
+        self, args: Sequence[JSONValue], kwargs: Mapping[str, JSONValue]
+    ) -> TargetSpec: ...
+
+
+class CatchUp(models.TextChoices):
+    """What a schedule does with fires missed while no scheduler ran."""
+
+    LATEST = "latest"
+    """One job for the oldest missed fire, then the next future fire (the seed's rule)."""
+    SKIP = "skip"
+    """Fires later than the grace are recorded as skipped, not run."""
+    ALL = "all"
+    """Every missed fire runs, oldest first, up to the catch-up limit; the rest are counted."""
+
+
+class Overlap(models.TextChoices):
+    """What a fire does while the previous fire's job has not finished."""
+
+    ALLOW = "allow"
+    SKIP = "skip"
+    """No job while the previous fire's job is PENDING or LEASED; the fire is recorded."""
+    SERIALIZE = "serialize"
+    """Jobs share an execution resource key: one runs at a time, later ones wait."""
+
+
+class FireKind(models.TextChoices):
+    SCHEDULED = "scheduled"
+    BACKFILL = "backfill"
+    MANUAL = "manual"
+
+
+class FireOutcome(models.TextChoices):
+    ENQUEUED = "enqueued"
+    SKIPPED_OVERLAP = "skipped_overlap"
+    """The previous fire's job was still pending or leased (overlap ``skip``)."""
+    SKIPPED_LATE = "skipped_late"
+    """Missed by more than the grace (catch-up ``skip``)."""
+    FAILED = "failed"
+    """No job yet: the fire failed and is retried (``attempts``, ``error_code``)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSpec:
+    """A validated schedule: every column a write stores, checked before any SQL."""
+
+    name: str
+    job_type: str
+    payload_json: str
+    """The payload template as JSON text (a task's arguments for a task target)."""
+    cron: str | None
+    """As written (a nickname stays a nickname); exactly one of cron and interval is set."""
+    interval_seconds: int | None
+    timezone: str
+    organization_id: uuid.UUID | None
+    priority: int | None
+    jitter_seconds: int
+    catch_up: str
+    catch_up_grace_seconds: int
+    catch_up_limit: int
+    overlap: str
+    enabled: bool
+    run_on_create: bool = False
+
+    @property
+    def timing_key(self) -> tuple[str | None, int | None, str]:
+        """What decides the fire times: a change moves the cursor to the next fire."""
+        return (self.cron, self.interval_seconds, self.timezone)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SchedulePassReport:
+    """What one scheduler pass did (``run_schedules --once --json`` prints it)."""
+
+    claimed: int = 0
+    """Due schedules the pass locked."""
+    fired: int = 0
+    """Jobs created."""
+    skipped: int = 0
+    """Fires recorded without a job (overlap ``skip``, catch-up ``skip``)."""
+    coalesced: int = 0
+    """Missed fires neither run nor recorded one by one (catch-up ``latest``, ``all``'s
+    truncated rest)."""
+    failed: int = 0
+    """Schedules whose fire failed and was deferred."""
+    batch_was_full: bool = False
+    """The pass claimed as many schedules as it was allowed: more may be due."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __add__(self, other: SchedulePassReport) -> SchedulePassReport:
+        return SchedulePassReport(
+            claimed=self.claimed + other.claimed,
+            fired=self.fired + other.fired,
+            skipped=self.skipped + other.skipped,
+            coalesced=self.coalesced + other.coalesced,
+            failed=self.failed + other.failed,
+            batch_was_full=other.batch_was_full,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleSyncReport:
+    """What a sync of the declared schedules changed (names, sorted)."""
+
+    created: tuple[str, ...] = ()
+    updated: tuple[str, ...] = ()
+    deactivated: tuple[str, ...] = ()
+    unchanged: tuple[str, ...] = ()
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.created or self.updated or self.deactivated)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {key: list(value) for key, value in asdict(self).items()}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BackfillReport:
+    """What a backfill over a time range did."""
+
+    fired: int = 0
+    existing: int = 0
+    """Fires of the range already in the ledger: left as they are."""
+    truncated: bool = False
+    """The range held more fires than the limit; the oldest ``fired + existing`` were done."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScheduleMetrics:
+    """One schedule's health: how late it is and what its fires did."""
+
+    name: str
+    job_type: str
+    organization_id: uuid.UUID | None
+    active: bool
+    paused: bool
+    next_fire_at: dt.datetime
+    lag_seconds: float
+    """How long its cursor has been due (0 when it is not due): a scheduler should keep this
+    near zero."""
+    stuck: bool
+    """Due for longer than two poll intervals: no scheduler is taking it."""
+    fires: int
+    skipped: int
+    coalesced: int
+    consecutive_failures: int
+    last_error_code: str | None
+    last_fired_at: dt.datetime | None
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["organization_id"] = str(self.organization_id) if self.organization_id else None
+        data["next_fire_at"] = format_timestamp(self.next_fire_at)
+        data["last_fired_at"] = format_timestamp(self.last_fired_at)
         return data

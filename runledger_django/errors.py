@@ -78,6 +78,25 @@ class Code(StrEnum):
     TASK_BACKEND_UNAVAILABLE = "job.task_backend_unavailable"
     TASK_PAYLOAD_INVALID = "job.task_payload_invalid"
     INVALID_PERSISTED_JOB = "job.invalid_persisted_row"
+    # --- periodic schedules ---
+    SCHEDULE_INVALID_NAME = "job_schedule.invalid_name"
+    SCHEDULE_INVALID_CRON = "job_schedule.invalid_cron"
+    SCHEDULE_INVALID_INTERVAL = "job_schedule.invalid_interval"
+    SCHEDULE_INVALID_TIMEZONE = "job_schedule.invalid_timezone"
+    SCHEDULE_INVALID_JITTER = "job_schedule.invalid_jitter"
+    SCHEDULE_INVALID_TARGET = "job_schedule.invalid_target"
+    SCHEDULE_INVALID_PAYLOAD = "job_schedule.invalid_payload"
+    SCHEDULE_INVALID_ORGANIZATION_ID = "job_schedule.invalid_organization_id"
+    SCHEDULE_INVALID_PRIORITY = "job_schedule.invalid_priority"
+    SCHEDULE_INVALID_CATCH_UP = "job_schedule.invalid_catch_up"
+    SCHEDULE_INVALID_OVERLAP = "job_schedule.invalid_overlap"
+    SCHEDULE_INVALID_ARGUMENT = "job_schedule.invalid_argument"
+    SCHEDULE_NOT_FOUND = "job_schedule.not_found"
+    SCHEDULE_DECLARED_IN_CODE = "job_schedule.declared_in_code"
+    SCHEDULE_DEFINITION_NOT_FOUND_OR_DISABLED = "job_schedule.definition_not_found_or_disabled"
+    SCHEDULE_SYNC_FAILED = "job_schedule.sync_failed"
+    SCHEDULE_REQUIRES_OWN_TRANSACTION = "job_schedule.requires_own_transaction"
+    DEFINITION_ACTIVE_SCHEDULE_EXISTS = "job_definition.active_schedule_exists"
     DB_UNIQUE_VIOLATION = "db.unique_violation"
     DB_RELATED_RESOURCE_MISSING = "db.related_resource_missing"
     DB_RELATED_RESOURCE_STILL_REFERENCED = "db.related_resource_still_referenced"
@@ -203,6 +222,60 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
     Code.HANDLER_LEFT_TRANSACTION_OPEN: (
         _I,
         "Job handler returned with a database transaction still open; its work was rolled back.",
+    ),
+    # --- periodic schedules ---
+    Code.SCHEDULE_INVALID_NAME: (
+        _V,
+        "Schedule name must be non-blank text of at most 255 bytes without surrounding whitespace.",
+    ),
+    Code.SCHEDULE_INVALID_CRON: (
+        _V,
+        "Schedule cron must be a 5-field (or seconds-first 6-field) cron expression or a "
+        "nickname such as @hourly, with a match in the next 50 years.",
+    ),
+    Code.SCHEDULE_INVALID_INTERVAL: (
+        _V,
+        "Schedule interval must be a whole number of seconds, at least one, given instead of "
+        "a cron expression.",
+    ),
+    Code.SCHEDULE_INVALID_TIMEZONE: (_V, "Schedule time zone must be a valid IANA zone name."),
+    Code.SCHEDULE_INVALID_JITTER: (
+        _V,
+        "Schedule jitter must be a whole number of seconds from 0 to 86,400.",
+    ),
+    Code.SCHEDULE_INVALID_TARGET: (
+        _V,
+        "Schedule target must be a job type or a django.tasks Task of the runledger backend.",
+    ),
+    Code.SCHEDULE_INVALID_PAYLOAD: (
+        _V,
+        "Schedule payload and task arguments must be JSON-native data that PostgreSQL can store.",
+    ),
+    Code.SCHEDULE_INVALID_ORGANIZATION_ID: (_V, "Schedule organization id must be a UUID."),
+    Code.SCHEDULE_INVALID_PRIORITY: (_V, "Schedule priority must be a 32-bit integer."),
+    Code.SCHEDULE_INVALID_CATCH_UP: (
+        _V,
+        "Schedule catch-up must be latest, skip or all, with a positive grace and limit.",
+    ),
+    Code.SCHEDULE_INVALID_OVERLAP: (_V, "Schedule overlap must be allow, skip or serialize."),
+    Code.SCHEDULE_INVALID_ARGUMENT: (_V, "Schedule request argument is invalid."),
+    Code.SCHEDULE_NOT_FOUND: (_V, "Schedule does not exist."),
+    Code.SCHEDULE_DECLARED_IN_CODE: (
+        _C,
+        "Schedule is declared in code; change it there (an operator may pause, resume or run it).",
+    ),
+    Code.SCHEDULE_DEFINITION_NOT_FOUND_OR_DISABLED: (
+        _V,
+        "An active schedule requires an enabled job definition for its job type.",
+    ),
+    Code.SCHEDULE_SYNC_FAILED: (_I, "Declared schedules could not be synchronised."),
+    Code.SCHEDULE_REQUIRES_OWN_TRANSACTION: (
+        _V,
+        "A scheduler pass must run outside any transaction.",
+    ),
+    Code.DEFINITION_ACTIVE_SCHEDULE_EXISTS: (
+        _C,
+        "Job definition cannot be disabled while an active schedule uses it.",
     ),
     Code.DB_UNIQUE_VIOLATION: (_C, "Resource already exists."),
     Code.DB_RELATED_RESOURCE_MISSING: (_V, "Related resource does not exist."),

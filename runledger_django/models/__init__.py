@@ -9,7 +9,8 @@ readable by Python and every counter below the integer maximum (validated withou
 lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin's search.
 
 One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims),
-``intents`` (enqueue intents), ``admin_pages`` (the proxies behind admin index entries). Every
+``intents`` (enqueue intents), ``schedules`` (periodic schedules and their fire ledger),
+``admin_pages`` (the proxies behind admin index entries). Every
 model is re-exported here, so ``from runledger_django.models import Job`` keeps working.
 """
 
@@ -19,6 +20,7 @@ from ..domain import FK_INTENT_PROMOTED_JOB
 from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
 from .intents import JobEnqueueIntent
 from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim
+from .schedules import JobSchedule, ScheduleFire
 
 __all__ = [
     "FK_INTENT_PROMOTED_JOB",
@@ -31,4 +33,6 @@ __all__ = [
     "JobEvent",
     "JobExecutionResourceClaim",
     "JobMetricsPage",
+    "JobSchedule",
+    "ScheduleFire",
 ]
