@@ -29,6 +29,8 @@ JOBS_CHANNEL = "runledger_jobs"
 """Jobs became due: enqueued, promoted, requeued or handed back."""
 INTENTS_CHANNEL = "runledger_intents"
 """Intents were recorded: promoters have work."""
+SCHEDULES_CHANNEL = "runledger_schedules"
+"""A schedule was saved, resumed or retimed: schedulers look at the cursors again."""
 
 COALESCE_SECONDS = 0.02
 """At most one notification per channel and process in this window. A listener that was
