@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 from .domain import (
+    BackfillReport,
     EnqueueOutcome,
     IntentMetrics,
     IntentOutcome,
     IntentStatus,
     JobMetrics,
+    JobTarget,
     PromotionReport,
     ReadScope,
+    ScheduleMetrics,
+    SchedulePassReport,
+    TargetSpec,
     WorkReport,
 )
 from .errors import RunledgerError
@@ -20,35 +25,68 @@ from .services.job_metrics import job_metrics
 from .services.metrics import intent_metrics
 from .services.promotion import promote_intents
 from .services.retention import delete_promoted_intents_before, delete_promoted_intents_for_jobs
+from .services.schedules import (
+    backfill_schedule,
+    delete_schedule,
+    get_schedule,
+    list_schedules,
+    next_fires,
+    pause_schedule,
+    resume_schedule,
+    retime_schedule,
+    run_schedule_pass,
+    save_schedule,
+    schedule_metrics,
+    trigger_schedule,
+)
 from .worker.context import JobContext
 from .worker.outcomes import RetryJob, TerminalJobError
 from .worker.registry import job_handler
 from .worker.run import run_jobs
+from .worker.scheduler import schedule
 
 __all__ = [
+    "BackfillReport",
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
     "IntentStatus",
     "JobContext",
     "JobMetrics",
+    "JobTarget",
     "PromotionReport",
     "ReadScope",
     "RetryJob",
     "RunledgerError",
+    "ScheduleMetrics",
+    "SchedulePassReport",
+    "TargetSpec",
     "TerminalJobError",
     "WorkReport",
+    "backfill_schedule",
     "cancel_job",
     "delete_promoted_intents_before",
     "delete_promoted_intents_for_jobs",
+    "delete_schedule",
     "enqueue_job",
     "get_intent",
+    "get_schedule",
     "intent_metrics",
     "job_handler",
     "job_metrics",
     "list_intents",
+    "list_schedules",
+    "next_fires",
+    "pause_schedule",
     "promote_intents",
     "record_intent",
     "requeue_job",
+    "resume_schedule",
+    "retime_schedule",
     "run_jobs",
+    "run_schedule_pass",
+    "save_schedule",
+    "schedule",
+    "schedule_metrics",
+    "trigger_schedule",
 ]

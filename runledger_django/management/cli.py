@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from types import FrameType
 
 from django.core.management.base import CommandError, OutputWrapper
@@ -65,6 +65,28 @@ def _int_in(text: str, low: int, high: int, what: str) -> int:
     if not low <= value <= high:
         raise argparse.ArgumentTypeError(f"invalid {what} {value}: must be {low} to {high}")
     return value
+
+
+def bounded_int(text: str, low: int, high: int, what: str) -> int:
+    """An integer from ``low`` to ``high`` (argparse type helper)."""
+    return _int_in(text, low, high, what)
+
+
+def timestamp(text: str) -> datetime:
+    """An ISO 8601 date-time with an offset (``2026-05-01T00:00Z``); a bare date is UTC
+    midnight."""
+    value = text.strip()
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid time {text!r}: use ISO 8601") from None
+    if parsed.tzinfo is None:
+        if "T" in value or " " in value:
+            raise argparse.ArgumentTypeError(
+                f"invalid time {text!r}: give an offset, such as Z or +02:00"
+            )
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed
 
 
 def page_limit(text: str) -> int:

@@ -34,7 +34,7 @@ from ..services.lifecycle import hand_back_leases
 from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError, is_outage
 from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
-from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
+from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, SCHEDULES_CHANNEL, wake_after_commit
 from ..uuid7 import uuid7
 from .completer import Completer, Refill
 from .execution import (
@@ -48,6 +48,7 @@ from .execution import (
 from .heartbeat import Heartbeater
 from .listener import Listener
 from .registry import Registry
+from .scheduler import Scheduler, burst_schedules
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,10 @@ class WorkerConfig:
     outage_limit: float = 300.0
     listen: bool = True
     promotion_batch_size: int = 500
+    schedules: bool = True
+    """Run the scheduler for the schedules of these job types (``--no-schedules``: off)."""
+    schedule_poll_seconds: float = 30.0
+    schedule_batch_size: int = 500
     using: str = "default"
     worker_id: str = field(default_factory=make_worker_id)
 
@@ -220,6 +225,7 @@ class Worker:
         deep queue also claims their next jobs."""
         self.stuck = False
         self.outage_error: OutageLimitExceededError | None = None
+        self.scheduler: Scheduler | None = None
 
     # --- shared state ----------------------------------------------------------------------
 
@@ -244,6 +250,8 @@ class Worker:
             self.promoter_wake.set()
         elif channel == JOBS_CHANNEL:
             self.poke()
+        elif channel == SCHEDULES_CHANNEL and self.scheduler is not None:
+            self.scheduler.poke()
 
     def wake_at(self, monotonic_time: float) -> None:
         with self.timers_lock:
@@ -434,6 +442,19 @@ class Worker:
             )
         if config.promote and not config.burst:
             self._start(threading.Thread(target=self._promoter, name="runledger-promoter"))
+        if config.schedules and not config.burst:
+            self.scheduler = Scheduler(
+                job_types=lambda: self.config.job_types,
+                stop=self.background_stop,
+                poll_seconds=config.schedule_poll_seconds,
+                batch_size=config.schedule_batch_size,
+                outage=self.outage,
+                using=config.using,
+                on_pass=lambda report: self.poke() if report.fired else None,
+                on_outage=self.note_outage,
+                on_outage_limit=self.stop_for_outage,
+            )
+            self._start(self.scheduler)
         try:
             reason = self._loop()
         except OutageLimitExceededError as exceeded:
@@ -498,6 +519,11 @@ class Worker:
         while self._with_database(self._refresh_job_types) is None:
             if self.stop.is_set():
                 return "stopped by signal"
+        if config.burst and config.schedules:
+            # --burst: sync the declarations and fire what is due, then drain the jobs.
+            burst_schedules(
+                config.job_types, batch_size=config.schedule_batch_size, using=config.using
+            )
         refresh = not config.fixed_job_types and bool(self.registry.sources())
         next_refresh = time.monotonic() + max(config.poll_interval, MIN_REFRESH_SECONDS)
         next_reap = time.monotonic()

@@ -73,6 +73,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Print one JSON object per finished attempt (job_id, job_type, outcome, ...).",
         )
+        parser.add_argument(
+            "--no-schedules",
+            action="store_true",
+            help="Do not run the scheduler (by default the worker syncs the declared schedules "
+            "and fires the schedules of its job types).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity: int = options["verbosity"]
@@ -106,6 +112,9 @@ class Command(BaseCommand):
             outage_limit=conf.OUTAGE_LIMIT_SECONDS,
             listen=conf.WORKER_LISTEN,
             promotion_batch_size=conf.PROMOTION_BATCH_SIZE,
+            schedules=not options["no_schedules"],
+            schedule_poll_seconds=conf.SCHEDULE_POLL_SECONDS,
+            schedule_batch_size=conf.SCHEDULE_BATCH_SIZE,
         )
         progress = cli.Progress(self.stdout, verbosity=0 if as_json else verbosity)
         out_lock = threading.Lock()
@@ -133,6 +142,7 @@ class Command(BaseCommand):
                 + (f" on queues {', '.join(queues)}" if queues else "")
                 + f", concurrency {config.concurrency}"
                 + (", promoting intents" if config.promote else "")
+                + (", scheduling" if config.schedules else "")
                 + (", burst" if config.burst else "")
             )
         stop = cli.StopEvent()

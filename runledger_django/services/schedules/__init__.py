@@ -8,13 +8,14 @@ scheduler pass), ``writes`` (runtime changes), ``sync`` (declared schedules), ``
 from __future__ import annotations
 
 from .backfill import backfill_schedule, prune_schedule_fires
-from .passes import run_schedule_pass
+from .passes import next_due_at, run_schedule_pass
 from .reads import (
     describe,
     get_schedule,
     list_schedules,
     next_fires,
     schedule_metrics,
+    schedule_overview,
     schedule_summary,
 )
 from .spec import build_spec
@@ -35,6 +36,7 @@ __all__ = [
     "describe",
     "get_schedule",
     "list_schedules",
+    "next_due_at",
     "next_fires",
     "pause_schedule",
     "prune_schedule_fires",
@@ -43,6 +45,7 @@ __all__ = [
     "run_schedule_pass",
     "save_schedule",
     "schedule_metrics",
+    "schedule_overview",
     "schedule_summary",
     "sync_declared_schedules",
     "trigger_schedule",

@@ -395,3 +395,23 @@ def run_schedule_pass(
     if report.fired:
         wake_after_commit(using, JOBS_CHANNEL)
     return report
+
+
+def next_due_at(
+    job_types: Iterable[str] | None = None, *, using: str = "default"
+) -> tuple[dt.datetime, dt.datetime | None]:
+    """The database's now and the earliest cursor of the firing schedules of ``job_types``
+    (None when there is none): one autocommit statement, the idle scheduler's only one.
+
+    Raises:
+        RunledgerError: ``job.invalid_job_type`` and the like; a classified database error.
+    """
+    types = None if job_types is None else validate_job_types(job_types)
+    sql = q.PEEK_SCHEDULES if types is None else q.PEEK_SCHEDULES_OF_TYPES
+    try:
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, {"job_types": types})
+            row = cursor.fetchone()
+    except DatabaseError as exc:
+        raise classify(exc, "look at schedule cursors") from exc
+    return row[0], row[1]

@@ -194,3 +194,31 @@ def schedule_summary(row: JobSchedule, fires: list[dt.datetime]) -> dict[str, An
         "consecutive_failures": row.consecutive_failures,
         "last_error_code": row.last_error_code,
     }
+
+
+def schedule_overview(
+    *,
+    scope: ReadScope,
+    job_type: str | None = None,
+    count: int = 1,
+    page_size: int = 1000,
+    using: str = "default",
+) -> list[tuple[JobSchedule, list[dt.datetime]]]:
+    """Every schedule under ``scope`` with its next ``count`` fires after the database's now
+    (``manage.py schedules``), read page by page."""
+    if type(count) is not int or not 1 <= count <= NEXT_FIRES_MAX:
+        raise RunledgerError.for_code(Code.SCHEDULE_INVALID_ARGUMENT, "count out of range")
+    rows: list[JobSchedule] = []
+    while True:
+        page = list_schedules(
+            scope=scope, job_type=job_type, limit=page_size, offset=len(rows), using=using
+        )
+        rows.extend(page)
+        if len(page) < page_size:
+            break
+    try:
+        with connections[using].cursor() as cursor:
+            now: dt.datetime = execute(cursor, q.DATABASE_NOW, None, context="clock").fetchone()[0]
+    except DatabaseError as exc:
+        raise classify(exc, "read the database clock") from exc
+    return [(row, fires_after(row, count, now)) for row in rows]
