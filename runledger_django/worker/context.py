@@ -61,6 +61,21 @@ class JobContext:
         self.deadline: dt.datetime = claimed.deadline
         """When the attempt times out (database clock): ``timeout_seconds`` after the claim."""
 
+    # --- schedules ---
+
+    @property
+    def scheduled_for(self) -> dt.datetime | None:
+        """The fire this job was made for (aware UTC, jitter included), when a schedule made
+        it; None otherwise. A manual run ("run now") carries the time it was asked for."""
+        return scheduled_for_of(self.payload)
+
+    @property
+    def schedule_name(self) -> str | None:
+        """The name of the schedule that made this job, or None."""
+        meta = _schedule_meta(self.payload)
+        name = meta.get("schedule_name") if meta else None
+        return name if isinstance(name, str) else None
+
     def __repr__(self) -> str:
         return (
             f"JobContext(job_id={self.job_id}, job_type={self.job_type!r}, "
@@ -126,3 +141,24 @@ class JobContext:
         if self.job_id in result.lost:
             self._execution.mark_lost("a heartbeat found the lease gone")
             raise lease_mismatch(self._execution.lease)
+
+
+def _schedule_meta(payload: Any) -> dict[str, Any] | None:
+    """The ``_schedule`` object a scheduler writes into a job's payload (the seed's form)."""
+    if not isinstance(payload, dict):
+        return None
+    meta = payload.get("_schedule")
+    return meta if isinstance(meta, dict) else None
+
+
+def scheduled_for_of(payload: Any) -> dt.datetime | None:
+    """``_schedule.scheduled_for`` of a payload as an aware UTC datetime, or None."""
+    meta = _schedule_meta(payload)
+    text = meta.get("scheduled_for") if meta else None
+    if not isinstance(text, str) or not text.endswith("Z"):
+        return None
+    try:
+        value = dt.datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return None
+    return value.astimezone(dt.UTC)
