@@ -32,7 +32,9 @@ def make_schedule(scheduled_definition: JobDefinition) -> MakeSchedule:
     """Save a runtime schedule of SCHEDULED_TYPE (every minute unless told), optionally with
     its cursor put at ``cursor``."""
 
-    def make(name: str = "every-minute", *, cursor: dt.datetime | None = None, **kw: Any) -> JobSchedule:
+    def make(
+        name: str = "every-minute", *, cursor: dt.datetime | None = None, **kw: Any
+    ) -> JobSchedule:
         kw.setdefault("cron", None if "every" in kw else "* * * * *")
         target = kw.pop("target", SCHEDULED_TYPE)
         row = save_schedule(name, target, next_fire_at=cursor, **kw)

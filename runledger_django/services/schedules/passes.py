@@ -42,6 +42,7 @@ PASS_LOCK_TIMEOUT_MS = 1_000
 PASS_STATEMENT_TIMEOUT_MS = 30_000
 BATCH_MAX = 1_000
 RUNNING = (JobStatus.PENDING.value, JobStatus.LEASED.value)
+FK_SCHEDULE_FIRE_SCHEDULE = "fk_schedule_fires_schedule"
 
 
 def resource_key(schedule_id: uuid.UUID) -> str:
@@ -256,6 +257,17 @@ def materialize(
     )
 
 
+def _write_failed(exc: DatabaseError) -> RunledgerError:
+    """Even the deferral could not be written: the claimed row is gone (its fire's foreign
+    key says so), or the database failed; the pass must roll back."""
+    error = classify(exc, "defer schedule fire")
+    if error.constraint == FK_SCHEDULE_FIRE_SCHEDULE:
+        return RunledgerError.for_code(
+            Code.SCHEDULE_NOT_FOUND, "a claimed schedule vanished before its cursor moved"
+        )
+    return error
+
+
 def _check_moved(moved: int, expected: int) -> None:
     if moved != expected:
         raise RunledgerError.for_code(
@@ -283,7 +295,10 @@ def _row_by_row(
             error = classify(exc, "materialize schedule fire")
             writes = Writes()
             defer(due, now, error.code, writes)
-            written = write(cursor, writes)
+            try:
+                written = write(cursor, writes)
+            except DatabaseError as again:
+                raise _write_failed(again) from again
             _check_moved(written.moved, 1)
             report = report + SchedulePassReport(failed=1)
             continue
