@@ -89,8 +89,9 @@ def fires_after(row: JobSchedule, count: int, after: dt.datetime) -> list[dt.dat
 def next_fires(
     name: str, count: int = 5, *, after: dt.datetime | None = None, using: str = "default"
 ) -> list[dt.datetime]:
-    """The next ``count`` fire times of ``name``, aware UTC, strictly after ``after``
-    (default: the database's now), jitter applied.
+    """The next ``count`` fire times of ``name``, aware UTC, jitter applied: without
+    ``after``, the fires to come (its cursor first, when that is ahead); with it, the fires
+    its timing gives strictly after ``after``.
 
     Raises:
         RunledgerError: ``job_schedule.invalid_name``, ``job_schedule.invalid_argument``,
@@ -111,8 +112,14 @@ def next_fires(
         raise classify(exc, "read schedule") from exc
     if row is None:
         raise RunledgerError.for_code(Code.SCHEDULE_NOT_FOUND, f"no schedule {checked!r}")
-    assert start is not None  # noqa: S101 - set above
-    return fires_after(row, count, start)
+    if after is None:
+        assert start is not None  # noqa: S101 - set above
+        return fires_after(row, count, start)
+    timing = timing_of_row(row)
+    fires = [timing.first_fire_after(start)]
+    while len(fires) < count:
+        fires.append(timing.next_after_cursor(fires[-1]))
+    return fires
 
 
 def describe(row: JobSchedule) -> str:
