@@ -34,6 +34,7 @@ for _key in (
     "WORKER_GRACE_SECONDS",
     "WORKER_POLL_INTERVAL",
     "OUTAGE_LIMIT_SECONDS",
+    "SCHEDULE_POLL_SECONDS",
 ):
     _value = _number(_key)
     if _value is not None:
