@@ -60,3 +60,10 @@ def flaky(job: JobContext) -> dict[str, Any]:
     if job.attempt <= int(job.payload.get("failures", 0)):
         raise ValueError(f"flaky attempt {job.attempt}")
     return {"attempt": job.attempt}
+
+
+if os.environ.get("RUNLEDGER_TEST_DECLARE_SCHEDULE") == "1":
+    # Only the schedules' worker tests declare it: other worker tests count every job.
+    from runledger_django import schedule
+
+    schedule("worker-tests-declared", NOOP, cron="0 3 * * *", run_on_create=True)
