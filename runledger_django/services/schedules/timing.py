@@ -355,21 +355,23 @@ def plan_fires(
 
 
 def _count_between(timing: Timing, after: dt.datetime, before: dt.datetime) -> int:
-    """Fires strictly between two fires (at most COUNT_LIMIT)."""
+    """Fires strictly between two fires (at most COUNT_LIMIT), on one cron iterator."""
     count = 0
-    current = after
-    while count < COUNT_LIMIT:
-        current = timing.next_after_cursor(current)
-        if current >= before:
+    for instant in timing.instants_after(after):
+        if count >= COUNT_LIMIT or timing.fire_of(instant) >= before:
             break
-        count += 1
+        if timing.fire_of(instant) > after:
+            count += 1
     return count
 
 
 def format_scheduled_for(value: dt.datetime) -> str:
     """RFC 3339 in UTC with ``Z``, fractional seconds only when not zero (the seed's form)."""
     utc = value.astimezone(UTC)
-    text = utc.strftime("%Y-%m-%dT%H:%M:%S")
+    text = (
+        f"{utc.year:04d}-{utc.month:02d}-{utc.day:02d}T"
+        f"{utc.hour:02d}:{utc.minute:02d}:{utc.second:02d}"
+    )
     if utc.microsecond:
         text += f".{utc.microsecond:06d}".rstrip("0")
     return text + "Z"
