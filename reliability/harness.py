@@ -287,8 +287,10 @@ def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) 
     django.setup()
     from django.db import connections
 
+    from .schedules import SchedulerRole
     from .workers import ROLES
 
+    roles = {**ROLES, "scheduler": SchedulerRole}
     paths = RunPaths(Path(run_root))
     journal = Journal(paths.journal(name), durable=role in ("recorder", "retention"))
     _journal_thread_deaths(journal)
@@ -296,7 +298,7 @@ def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) 
     stacks = paths.stacks_file(name).open("w")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     rng = random.Random(seed)  # noqa: S311
-    worker = ROLES[role](name, rng, journal, paths.stop_file, paths.ready_file(name))
+    worker = roles[role](name, rng, journal, paths.stop_file, paths.ready_file(name))
     if worker.ready_at_start:
         paths.ready_file(name).touch()
     try:
@@ -346,7 +348,7 @@ class Child:
         return self.signal == "SIGKILL"
 
 
-WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor")
+WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor", "scheduler")
 """Children that stop at the stop file; workers run on through the drain until SIGTERM."""
 WORKER_SETTLE_SECONDS = 1.0
 """A worker counts as started this long after its banner: its signal handlers are in place."""
@@ -500,6 +502,7 @@ class Config:
     restart_mode: str
     keep: bool
     restarts: int = 1
+    schedulers: int = 2
     plant: bool = False
 
 
@@ -507,6 +510,7 @@ KILLS = (
     ("promoter", signal.SIGKILL, "promoter kills", 30),
     ("worker", signal.SIGKILL, "worker kills (SIGKILL)", 50),
     ("worker", signal.SIGTERM, "worker stops (SIGTERM)", 20),
+    ("scheduler", signal.SIGKILL, "scheduler kills", 20),
 )
 """What the chaos does at each kill moment: (role, signal, count name, weight)."""
 
@@ -544,6 +548,9 @@ class Harness:
             from .job_checks import WorkerFacts
 
             checks.prepare_database()
+            from . import schedules
+
+            schedules.prepare()
             children = Children(paths, self.rng)
             for role, count in (
                 ("recorder", self.config.recorders),
@@ -551,6 +558,7 @@ class Harness:
                 ("retention", 1),
                 ("toggler", 1),
                 ("monitor", 1),
+                ("scheduler", self.config.schedulers),
                 ("worker", self.config.workers),
             ):
                 for number in range(count):
@@ -559,6 +567,7 @@ class Harness:
             self._wait_ready(children)
             chaos = self._chaos(server, children)
             chaos.problems += children.stop(WRITER_ROLES, timeout=90)
+            schedules.pause_all()
             say("writers stopped; the drain: promote every intent, the workers run every job")
             live_workers = [c.name for c in children.live() if c.role == "worker"]
             drained = checks.drain(live_workers, say)
@@ -583,6 +592,7 @@ class Harness:
                 if c.role == "worker"
             ]
             result = checks.finish(paths, chaos.problems, drained, workers, chaos.restarts)
+            result.violations += schedules.check(result.counts)
             for _, _, name, _ in KILLS:
                 result.counts[name] = chaos.kills[name]
             result.counts["server restarts"] = len(chaos.restarts)
@@ -710,6 +720,9 @@ def parse_args(argv: Sequence[str] | None) -> Config:
     parser.add_argument("--recorders", type=int, default=3)
     parser.add_argument("--promoters", type=int, default=3)
     parser.add_argument("--workers", type=int, default=3, help="runledger_worker processes")
+    parser.add_argument(
+        "--schedulers", type=int, default=2, help="scheduler processes (workers schedule too)"
+    )
     parser.add_argument("--concurrency", type=int, default=3, help="each worker's --concurrency")
     parser.add_argument(
         "--pause",
@@ -751,6 +764,7 @@ def parse_args(argv: Sequence[str] | None) -> Config:
         recorders=args.recorders,
         promoters=args.promoters,
         workers=args.workers,
+        schedulers=args.schedulers,
         concurrency=args.concurrency,
         pause=args.pause,
         seed=seed,
