@@ -252,6 +252,11 @@ def test_run_example__fresh_database__tells_the_whole_story() -> None:
         (1, 2, "RETRY_SCHEDULED"),
         (1, 3, "DEAD_LETTERED"),
     ]
+    # The declared daily schedule was synced, run now once, and its job ran.
+    daily = Job.objects.get(job_type="shop.daily_sales")
+    assert daily.status == "SUCCEEDED"
+    assert daily.output["schedule"] == "shop.daily-sales"
+    assert "A periodic schedule" in output
     # The failing checkout left nothing behind.
     assert receipt_intents("demo-1002") == []
     assert not Order.objects.filter(reference="demo-1002").exists()

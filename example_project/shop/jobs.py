@@ -12,10 +12,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from runledger_django import JobContext, RetryJob, TerminalJobError, job_handler
+from runledger_django import JobContext, RetryJob, TerminalJobError, job_handler, schedule
 
 from .models import Order
 from .views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
+
+DAILY_SALES_JOB_TYPE = "shop.daily_sales"
+DAILY_SALES_SCHEDULE = "shop.daily-sales"
 
 WAREHOUSE_RETRY_AFTER = dt.timedelta(milliseconds=300)
 """Short, so the example's story stays fast; a real integration waits seconds or minutes."""
@@ -67,3 +70,33 @@ def notify_warehouse(job: JobContext) -> dict[str, Any]:
     if job.run_number == WAREHOUSE_DOWN_DURING_RUN:
         raise RetryJob("the warehouse did not answer", after=WAREHOUSE_RETRY_AFTER)
     return {"reserved_for": order.reference, "attempt": job.attempt, "run": job.run_number}
+
+
+@job_handler(DAILY_SALES_JOB_TYPE, max_attempts=3, timeout_seconds=120)
+def daily_sales(job: JobContext) -> dict[str, Any]:
+    """Sum the orders of the 24 hours before the fire this job belongs to.
+
+    ``job.scheduled_for`` names the fire (for a manual "run now", the time it was asked for),
+    so a run that starts late, or a second run of the same fire, reports the same window.
+    """
+    until = job.scheduled_for or timezone.now()
+    orders = Order.objects.filter(
+        created_at__gte=until - dt.timedelta(days=1), created_at__lt=until
+    )
+    return {
+        "schedule": job.schedule_name,
+        "until": until.isoformat(),
+        "orders": orders.count(),
+        "total_cents": sum(order.total_cents for order in orders),
+    }
+
+
+# Every morning at 07:00 in Berlin (06:00 or 05:00 UTC, as daylight saving time goes), within
+# a minute of jitter. Workers sync this declaration when they start.
+schedule(
+    DAILY_SALES_SCHEDULE,
+    DAILY_SALES_JOB_TYPE,
+    cron="0 7 * * *",
+    timezone="Europe/Berlin",
+    jitter=dt.timedelta(minutes=1),
+)

@@ -19,18 +19,18 @@ from .test_outage import Cluster, Command, cluster, outage_then_recovery, runnin
 FIRES = "SELECT count(*) FROM runledger_schedule_fires WHERE outcome = 'enqueued'"
 
 
-def fire_count(cluster: Cluster) -> int:
-    with cluster.connect() as conn:
+def fire_count(server: Cluster) -> int:
+    with server.connect() as conn:
         row = conn.execute(FIRES).fetchone()
     return int(row[0]) if row else 0
 
 
-def wait_for_more_fires(cluster: Cluster, at_least: int, timeout: float = 60.0) -> int:
+def wait_for_more_fires(server: Cluster, at_least: int, timeout: float = 60.0) -> int:
     deadline = time.monotonic() + timeout
     while True:
         try:
-            count = fire_count(cluster)
-        except Exception:  # noqa: BLE001 - the server may still be starting
+            count = fire_count(server)
+        except Exception:
             count = -1
         if count >= at_least:
             return count
@@ -40,7 +40,9 @@ def wait_for_more_fires(cluster: Cluster, at_least: int, timeout: float = 60.0) 
 
 
 @pytest.mark.slow
-def test_schedulers__immediate_restart__every_second_exactly_once(running: Cluster) -> None:
+def test_schedulers__immediate_restart__every_second_exactly_once(
+    running: Cluster,  # noqa: F811 - the outage tests' fixture
+) -> None:
     env = {"RUNLEDGER_OUTAGE_SCHEDULES": "1"}
     alone = Command(running, "run_schedules", "--loop", "-v", "2", **env)
     worker = Command(running, "runledger_worker", **env)

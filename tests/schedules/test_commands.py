@@ -97,7 +97,7 @@ def test_backfill_schedule__range__fires_once_and_repeat_is_a_noop(
 
 def test_backfill_schedule__bad_range__command_error(make_schedule: MakeSchedule) -> None:
     make_schedule("hourly", cron="0 * * * *")
-    with pytest.raises(CommandError, match="job_schedule.invalid_argument"):
+    with pytest.raises(CommandError, match=r"job_schedule\.invalid_argument"):
         run(
             "backfill_schedule",
             "hourly",
@@ -106,7 +106,7 @@ def test_backfill_schedule__bad_range__command_error(make_schedule: MakeSchedule
             "--to",
             "2026-05-01T00:00Z",
         )
-    with pytest.raises(CommandError, match="job_schedule.not_found"):
+    with pytest.raises(CommandError, match=r"job_schedule\.not_found"):
         run("backfill_schedule", "nope", "--from", "2026-05-01T00:00Z", "--to", "2026-05-02T00:00Z")
     with pytest.raises(CommandError):
         run(

@@ -40,7 +40,7 @@ def scheduler_process(application_name: str) -> subprocess.Popen[str]:
         "RUNLEDGER_TEST_DB": str(connection.settings_dict["NAME"]),
         "RUNLEDGER_TEST_APPLICATION_NAME": application_name,
     }
-    return subprocess.Popen(  # noqa: S603  (fixed interpreter and arguments)
+    return subprocess.Popen(
         [sys.executable, "-m", "django", "run_schedules", "--once", "--no-sync"],
         cwd=BASE_DIR,
         env=env,

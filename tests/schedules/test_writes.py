@@ -341,9 +341,9 @@ def test_guard_lock_wait__bounded_five_seconds(
 ) -> None:
     """A definition row locked by another session: the schedule write gives up after its 5 s
     lock wait with 55P03 instead of hanging."""
-    from ..conftest import connection_kwargs
-
     import psycopg
+
+    from ..conftest import connection_kwargs
 
     make_schedule("s")
     holder = psycopg.connect(**connection_kwargs())

@@ -33,7 +33,7 @@ from django.urls import reverse
 from example_project.shop.models import Order
 from example_project.shop.views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
 from runledger_django import ReadScope, get_intent
-from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
+from runledger_django.models import Job, JobDefinition, JobEnqueueIntent, ScheduleFire
 from runledger_django.worker.registry import autodiscover, registry
 
 ADMIN_USERNAME = "admin"
@@ -90,6 +90,7 @@ class Command(BaseCommand):
         self.metrics()
         self.retention()
         self.django_task()  # Django's Tasks API through runledger's backend (docs/tasks.md)
+        self.periodic_schedule()  # schedule(...) in shop/jobs.py (docs/schedules.md)
         self.prepare_admin(reset_password=options["reset_admin_password"])
 
     # -- output -------------------------------------------------------------------------------
@@ -334,6 +335,38 @@ class Command(BaseCommand):
             f"task result {result.id}: {result.status} after {result.attempts} attempt(s), "
             f"return value {value}"
         )
+
+    # -- a periodic schedule, declared in shop/jobs.py -------------------------------------------
+
+    def periodic_schedule(self) -> None:
+        """Show the declared daily schedule with its next fires, run it now as an operator
+        would from the admin, and let the worker run its job."""
+        from example_project.shop.jobs import DAILY_SALES_JOB_TYPE, DAILY_SALES_SCHEDULE
+        from runledger_django import trigger_schedule
+        from runledger_django.worker.scheduler import sync_declarations
+
+        self.heading("A periodic schedule: schedule(...) in shop/jobs.py")
+        self.detail(
+            "Workers sync the declared schedules when they start (the code owns the cron, "
+            "the zone and the payload; an operator's pause survives deploys) and fire them: "
+            "exactly one job per fire, however many workers run."
+        )
+        sync_declarations()
+        self.run_command("schedules", "--next", "3")
+        earlier = (
+            ScheduleFire.objects.filter(schedule__name=DAILY_SALES_SCHEDULE, kind="manual")
+            .exclude(job=None)
+            .first()
+        )
+        if earlier is not None and earlier.job_id is not None:
+            job_id = earlier.job_id
+            self.detail(f"run now (the admin's action) already made job {job_id}")
+        else:
+            job_id = trigger_schedule(DAILY_SALES_SCHEDULE)
+            self.detail(f"run now (the admin's action): job {job_id}")
+        self.run_command("runledger_worker", "--burst", "--job-type", DAILY_SALES_JOB_TYPE)
+        job = Job.objects.get(pk=job_id)
+        self.detail(f"job {job.id}: {job.status}, output {json.dumps(job.output, sort_keys=True)}")
 
     def prepare_admin(self, *, reset_password: bool) -> None:
         self.heading("Browse it all in the Django admin")
