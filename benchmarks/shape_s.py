@@ -204,7 +204,7 @@ def idle(ctx: Context) -> None:
     insert_schedules(
         ctx.size(100_000, 10_000), prefix="later-", cursor_sql="now() + interval '1 day'"
     )
-    window = ctx.size(20.0, 5.0)
+    window = float(ctx.size(20, 5))
     poll = 1.0
     counted = {"statements": 0}
 

@@ -255,7 +255,7 @@ def test_run_example__fresh_database__tells_the_whole_story() -> None:
     # The declared daily schedule was synced, run now once, and its job ran.
     daily = Job.objects.get(job_type="shop.daily_sales")
     assert daily.status == "SUCCEEDED"
-    assert daily.output["schedule"] == "shop.daily-sales"
+    assert daily.output is not None and daily.output["schedule"] == "shop.daily-sales"
     assert "A periodic schedule" in output
     # The failing checkout left nothing behind.
     assert receipt_intents("demo-1002") == []

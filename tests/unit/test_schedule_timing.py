@@ -107,6 +107,7 @@ class CountingTiming(Timing):
     """Counts the cron instants a search looks at."""
 
     __slots__ = ("counted",)
+    counted: int
 
     def instants_after(self, after: dt.datetime) -> Iterator[dt.datetime]:
         for instant in super().instants_after(after):
