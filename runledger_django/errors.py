@@ -94,7 +94,6 @@ class Code(StrEnum):
     SCHEDULE_NOT_FOUND = "job_schedule.not_found"
     SCHEDULE_DECLARED_IN_CODE = "job_schedule.declared_in_code"
     SCHEDULE_DEFINITION_NOT_FOUND_OR_DISABLED = "job_schedule.definition_not_found_or_disabled"
-    SCHEDULE_SYNC_FAILED = "job_schedule.sync_failed"
     SCHEDULE_REQUIRES_OWN_TRANSACTION = "job_schedule.requires_own_transaction"
     DEFINITION_ACTIVE_SCHEDULE_EXISTS = "job_definition.active_schedule_exists"
     DB_UNIQUE_VIOLATION = "db.unique_violation"
@@ -268,7 +267,6 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
         _V,
         "An active schedule requires an enabled job definition for its job type.",
     ),
-    Code.SCHEDULE_SYNC_FAILED: (_I, "Declared schedules could not be synchronised."),
     Code.SCHEDULE_REQUIRES_OWN_TRANSACTION: (
         _V,
         "A scheduler pass must run outside any transaction.",
