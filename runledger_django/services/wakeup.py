@@ -21,7 +21,7 @@ from typing import Any
 from django.db import DatabaseError, connections, transaction
 
 from ..conf import conf
-from ..db import lifecycle_queries
+from ..db import lifecycle_queries, schedule_queries
 
 logger = logging.getLogger(__name__)
 
@@ -80,11 +80,13 @@ def _send(using: str, channel: str) -> None:
 _LISTEN = {
     JOBS_CHANNEL: lifecycle_queries.LISTEN_JOBS,
     INTENTS_CHANNEL: lifecycle_queries.LISTEN_INTENTS,
+    SCHEDULES_CHANNEL: schedule_queries.LISTEN_SCHEDULES,
 }
 
 
 def subscribe(conn: Any, channels: Sequence[str]) -> None:
-    """LISTEN on each of ``channels`` (``JOBS_CHANNEL``, ``INTENTS_CHANNEL``), in that order.
+    """LISTEN on each of ``channels`` (``JOBS_CHANNEL``, ``INTENTS_CHANNEL``,
+    ``SCHEDULES_CHANNEL``), in that order.
 
     ``conn`` is a psycopg connection of the caller's own, in autocommit mode: a subscription
     lasts as long as the session, so it never goes through Django's connection handling.

@@ -11,7 +11,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connections
@@ -19,6 +19,7 @@ from django.db import connections
 from ..services.wakeup import (
     INTENTS_CHANNEL,
     JOBS_CHANNEL,
+    SCHEDULES_CHANNEL,
     listen_probe,
     notify_now,
     subscribe,
@@ -63,10 +64,20 @@ class Listener(threading.Thread):
         stop: threading.Event,
         poll_interval: float,
         on_disconnect: Callable[[], None] | None = None,
+        schedules: bool = False,
+        channels: Sequence[str] | None = None,
     ) -> None:
         super().__init__(name="runledger-listener", daemon=True)
         self.using = using
-        self.channels = [JOBS_CHANNEL, *([INTENTS_CHANNEL] if promote else [])]
+        self.channels = (
+            list(channels)
+            if channels is not None
+            else [
+                JOBS_CHANNEL,
+                *([INTENTS_CHANNEL] if promote else []),
+                *([SCHEDULES_CHANNEL] if schedules else []),
+            ]
+        )
         self.on_notify = on_notify
         self.on_disconnect = on_disconnect
         self.stop = stop

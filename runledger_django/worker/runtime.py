@@ -434,6 +434,7 @@ class Worker:
                 Listener(
                     using=config.using,
                     promote=config.promote,
+                    schedules=config.schedules,
                     on_notify=self.on_notify,
                     on_disconnect=self.note_outage,
                     stop=self.background_stop,

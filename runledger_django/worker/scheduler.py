@@ -20,6 +20,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
+from ..conf import conf
 from ..domain import JobDefaults, SchedulePassReport, ScheduleSpec, ScheduleSyncReport
 from ..errors import RunledgerError
 from ..services.claim import ensure_job_definitions
@@ -30,6 +31,8 @@ from ..services.schedules import (
     run_schedule_pass,
     sync_declared_schedules,
 )
+from ..services.wakeup import SCHEDULES_CHANNEL
+from .listener import Listener
 from .registry import Registry, registry
 
 logger = logging.getLogger(__name__)
@@ -318,4 +321,15 @@ def listen_for_schedules(
     """Start a listener that calls ``on_notify`` when a schedule is saved (``run_schedules
     --loop``); None where notifications are off. Behind a transaction-pooling proxy the
     listener finds out that nothing arrives and ends: the scheduler then polls."""
-    return None
+    if not conf.WORKER_LISTEN:
+        return None
+    listener = Listener(
+        using=using,
+        promote=False,
+        channels=[SCHEDULES_CHANNEL],
+        on_notify=lambda channel: on_notify(),
+        stop=stop,
+        poll_interval=conf.SCHEDULE_POLL_SECONDS,
+    )
+    listener.start()
+    return listener

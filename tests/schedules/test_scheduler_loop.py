@@ -22,6 +22,7 @@ from tests.worker.conftest import wait_until
 from tests.worker.processes import WorkerProcess
 from tests.worker_app import NOOP
 
+from ..conftest import run_sql
 from .conftest import SCHEDULED_TYPE
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -117,9 +118,40 @@ def test_scheduler__poked__looks_again_at_once(
     assert Job.objects.count() == 1
 
 
-def worker(*args: str, declare: bool = False) -> WorkerProcess:
+def worker(*args: str, declare: bool = False, **settings: Any) -> WorkerProcess:
     """A worker subprocess; ``declare``: its jobs.py declares a schedule (run on create)."""
-    return WorkerProcess(list(args), {"DECLARE_SCHEDULE": True} if declare else {})
+    return WorkerProcess(
+        list(args), {**settings, **({"DECLARE_SCHEDULE": True} if declare else {})}
+    )
+
+
+def wait_for_listen(application_name: str, channel: str = "runledger_schedules") -> None:
+    """Until a session of the process is subscribed (its last query is the LISTEN)."""
+    wait_until(
+        lambda: run_sql(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s AND query = %s",
+            [application_name, f"LISTEN {channel}"],
+        ),
+        timeout=30,
+        what=f"a LISTEN {channel} session",
+    )
+
+
+def test_runledger_worker__schedule_saved__woken_before_its_poll() -> None:
+    """A 30 s poll, and a schedule saved to fire at once: the NOTIFY after the save wakes the
+    worker's scheduler, so its job runs long before the poll would have looked."""
+    JobDefinition.objects.create(job_type=NOOP, max_attempts=3)
+    process = worker("--job-type", NOOP, SCHEDULE_POLL_SECONDS=30)
+    try:
+        wait_for_listen(process.application_name)
+        save_schedule("woken", NOOP, cron="0 3 * * *", run_on_create=True)
+        wait_until(
+            lambda: Job.objects.filter(status="SUCCEEDED").exists(),
+            timeout=20,
+            what="the saved schedule's job to run",
+        )
+    finally:
+        process.stop()
 
 
 def test_runledger_worker__burst__syncs_fires_and_drains() -> None:
