@@ -11,7 +11,7 @@ import datetime as dt
 import functools
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
 
@@ -24,9 +24,10 @@ from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued
 from django.utils import timezone
+from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from ..domain import IntentOutcome
+from ..domain import IntentOutcome, JSONValue, TargetSpec
 from ..errors import Code, RunledgerError
 from ..uuid7 import uuid7
 from ..validation import prepare_enqueue, validate_idempotency_key
@@ -63,6 +64,30 @@ class RunledgerTask(Task, Generic[_P, _R]):  # type: ignore[type-arg]
     def with_idempotency_key(self, key: str) -> Self:
         """This task with ``key`` (validated now: non-blank text of at most 1,024 bytes)."""
         return replace(self, idempotency_key=key)
+
+    # --- schedules (and workflow steps): the JobTarget protocol of domain.py ---
+
+    def job_target(self, args: Sequence[JSONValue], kwargs: Mapping[str, JSONValue]) -> TargetSpec:
+        """The job this task makes with ``args`` and ``kwargs``: its job type
+        (``task:<queue>:<module path>``), the payload its enqueue would write (unkeyed), and
+        its priority. Pure: nothing is read or written.
+
+        Raises:
+            InvalidTask: the task is not valid for its backend, or its backend is not a
+                RunledgerTaskBackend.
+            TypeError, ValueError: an argument JSON cannot keep (``normalize_json``).
+        """
+        backend = self.get_backend()
+        if not isinstance(backend, RunledgerTaskBackend):
+            raise InvalidTask(f"{self.module_path}'s backend is not a RunledgerTaskBackend")
+        job_type = backend._checked_job_type(self)
+        payload: dict[str, JSONValue] = {
+            "backend": backend.alias,
+            "keyed": False,
+            "args": normalize_json(list(args)),
+            "kwargs": normalize_json(dict(kwargs)),
+        }
+        return TargetSpec(job_type=job_type, payload=payload, priority=int(self.priority))
 
     def get_backend(self) -> BaseTaskBackend:
         """Django's backend for this task, remembered per thread until TASKS changes.

@@ -13,11 +13,12 @@ re-raises so runledger's retries, dead letters and timeouts apply as to any hand
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import traceback
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
 from django.conf import settings
@@ -157,7 +158,12 @@ class TaskRunner:
         task_started.send(sender=sender, task_result=result)
         try:
             if task.takes_context:
-                raw = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+                context = RunledgerTaskContext(
+                    task_result=result,
+                    scheduled_for=job.scheduled_for,
+                    schedule_name=job.schedule_name,
+                )
+                raw = task.call(context, *result.args, **result.kwargs)
             else:
                 raw = task.call(*result.args, **result.kwargs)
             value = _json_output(raw)
@@ -173,6 +179,22 @@ class TaskRunner:
         object.__setattr__(finished, "_return_value", value)
         task_finished.send(sender=sender, task_result=finished)
         return value
+
+
+if TYPE_CHECKING:
+    _TaskContext = TaskContext[..., Any]  # generic in django-stubs only
+else:
+    _TaskContext = TaskContext
+
+
+# Django's TaskContext is a frozen dataclass; django-stubs types it as a plain generic class.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunledgerTaskContext(_TaskContext):  # type: ignore[misc]
+    """Django's ``TaskContext`` plus the fire a schedule made this task's job for."""
+
+    scheduled_for: dt.datetime | None = None
+    """The fire (aware UTC) when a schedule made the job; None otherwise."""
+    schedule_name: str | None = None
 
 
 def _backend(alias: str, backend_class: type[TaskBackend]) -> TaskBackend:

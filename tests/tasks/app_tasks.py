@@ -49,6 +49,16 @@ with override_settings(TASKS=TASKS):
         return {"attempt": context.attempt, "id": result.id, "worker_ids": list(result.worker_ids)}
 
     @task(takes_context=True)
+    def report_schedule(context: TaskContext[..., Any], note: str) -> dict[str, Any]:
+        """What a scheduled task learns of its fire (RunledgerTaskContext)."""
+        scheduled_for = getattr(context, "scheduled_for", None)
+        return {
+            "note": note,
+            "scheduled_for": scheduled_for.isoformat() if scheduled_for else None,
+            "schedule_name": getattr(context, "schedule_name", None),
+        }
+
+    @task(takes_context=True)
     def fail_until(context: TaskContext[..., Any], succeed_on: int) -> int:
         """Fail every attempt before ``succeed_on``, then return the attempt number."""
         if context.attempt < succeed_on:
