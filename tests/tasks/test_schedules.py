@@ -7,9 +7,13 @@ definition, each fire runs the task with its arguments, and the task's context n
 
 from __future__ import annotations
 
-import datetime as dt
-
 import pytest
+
+pytest.importorskip(
+    "django.tasks", reason="django.tasks arrived in Django 6.0; on 5.2 targets are job types"
+)
+
+import datetime as dt
 
 from runledger_django.domain import TargetSpec
 from runledger_django.errors import RunledgerError
