@@ -8,8 +8,8 @@ from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
-from ..errors import RunledgerError
-from ..models import Job, JobDefinition
+from ..errors import CATALOG, Code, RunledgerError
+from ..models import Job, JobDefinition, JobSchedule
 from ..validation import validate_job_type
 
 if TYPE_CHECKING:
@@ -20,7 +20,29 @@ else:
     DefinitionFormBase = forms.ModelForm
 
 
-class JobDefinitionForm(DefinitionFormBase):
+class DisableGuardForm(DefinitionFormBase):
+    """Refuses to disable a definition an active schedule uses, with the guard's code, before
+    the database trigger would (migration 0010); the changelist's inline edit uses it too."""
+
+    class Meta:
+        model = JobDefinition
+        fields = ("is_enabled",)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        instance = self.instance
+        disabling = instance.pk and instance.is_enabled is not False and not data.get("is_enabled")
+        if disabling and "is_enabled" in data:
+            active = JobSchedule.objects.filter(
+                job_type_id=instance.pk, is_active=True, paused_at__isnull=True
+            )
+            if active.exists():
+                code = Code.DEFINITION_ACTIVE_SCHEDULE_EXISTS
+                raise forms.ValidationError(CATALOG[code][1], code=code.value)
+        return data
+
+
+class JobDefinitionForm(DisableGuardForm):
     class Meta:
         model = JobDefinition
         fields = (
@@ -73,6 +95,10 @@ class JobDefinitionAdmin(DefinitionAdminBase):
     list_filter = ("is_enabled",)
     search_fields = ("job_type",)
     actions = None
+
+    def get_changelist_form(self, request: HttpRequest, **kwargs: Any) -> Any:
+        kwargs.setdefault("form", DisableGuardForm)
+        return super().get_changelist_form(request, **kwargs)
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> tuple[str, ...]:
         # The job type is the primary key: changing it would create a second definition.
