@@ -27,6 +27,8 @@ from runledger_django.models import (
     JobEnqueueIntent,
     JobEvent,
     JobExecutionResourceClaim,
+    JobSchedule,
+    ScheduleFire,
 )
 from runledger_django.validation import WHITESPACE, is_blank
 from tests.conftest import TEST_JOB_TYPE, insert_raw_intent
@@ -474,6 +476,155 @@ CONTRACT_INDEXES: dict[str, str] = {
 }
 
 
+# --- periodic schedules (migration 0010) ------------------------------------------------------
+
+SCHEDULE_TABLES = ["runledger_job_schedules", "runledger_schedule_fires"]
+TABLES = sorted([*TABLES, *SCHEDULE_TABLES])
+COLUMNS.update(
+    {
+        "runledger_job_schedules": {
+            "id": ("uuid", True, "runledger_uuidv7()"),
+            "name": ("text", True, None),
+            "organization_id": ("uuid", False, None),
+            "payload_template": ("jsonb", True, "'{}'::jsonb"),
+            "cron_expr": ("text", False, None),
+            "interval_seconds": ("integer", False, None),
+            "timezone": ("text", True, "'UTC'::text"),
+            "is_active": ("boolean", True, "true"),
+            "paused_at": ("timestamp with time zone", False, None),
+            "next_fire_at": ("timestamp with time zone", True, None),
+            "next_scheduled_for": ("timestamp with time zone", True, None),
+            "last_fired_at": ("timestamp with time zone", False, None),
+            "last_scheduled_for": ("timestamp with time zone", False, None),
+            "last_job_id": ("uuid", False, None),
+            "max_jitter_seconds": ("integer", True, "0"),
+            "priority": ("integer", False, None),
+            "catch_up": ("text", True, "'latest'::text"),
+            "catch_up_grace_seconds": ("integer", True, "60"),
+            "catch_up_limit": ("integer", True, "100"),
+            "overlap": ("text", True, "'allow'::text"),
+            "declared": ("boolean", True, "false"),
+            "fire_count": ("bigint", True, "0"),
+            "skip_count": ("bigint", True, "0"),
+            "coalesced_count": ("bigint", True, "0"),
+            "consecutive_failures": ("integer", True, "0"),
+            "last_error_code": ("text", False, None),
+            "last_failed_at": ("timestamp with time zone", False, None),
+            "created_by_user_id": ("uuid", False, None),
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "updated_at": ("timestamp with time zone", True, "now()"),
+            "job_type": ("text", True, None),
+        },
+        "runledger_schedule_fires": {
+            "id": ("uuid", True, "runledger_uuidv7()"),
+            "scheduled_for": ("timestamp with time zone", True, None),
+            "kind": ("text", True, "'scheduled'::text"),
+            "outcome": ("text", True, None),
+            "attempts": ("integer", True, "1"),
+            "error_code": ("text", False, None),
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "updated_at": ("timestamp with time zone", True, "now()"),
+            "job_id": ("uuid", False, None),
+            "schedule_id": ("uuid", True, None),
+        },
+    }
+)
+CONSTRAINTS.update(
+    {
+        "chk_job_schedules_catch_up": (
+            "runledger_job_schedules",
+            "CHECK ((catch_up = ANY (ARRAY['latest'::text, 'skip'::text, 'all'::text])))",
+        ),
+        "chk_job_schedules_catch_up_limit": (
+            "runledger_job_schedules",
+            "CHECK (((catch_up_limit >= 1) AND (catch_up_limit <= 10000)))",
+        ),
+        "chk_job_schedules_counters": (
+            "runledger_job_schedules",
+            "CHECK (((fire_count >= 0) AND (skip_count >= 0) AND (coalesced_count >= 0) AND (consecutive_failures >= 0)))",
+        ),
+        "chk_job_schedules_cron_not_blank": (
+            "runledger_job_schedules",
+            "CHECK (((cron_expr IS NULL) OR (cron_expr ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text)))",
+        ),
+        "chk_job_schedules_cron_or_interval": (
+            "runledger_job_schedules",
+            "CHECK ((((cron_expr IS NOT NULL) AND (interval_seconds IS NULL)) OR ((cron_expr IS NULL) AND (interval_seconds IS NOT NULL))))",
+        ),
+        "chk_job_schedules_grace_positive": (
+            "runledger_job_schedules",
+            "CHECK ((catch_up_grace_seconds > 0))",
+        ),
+        "chk_job_schedules_interval_positive": (
+            "runledger_job_schedules",
+            "CHECK (((interval_seconds IS NULL) OR (interval_seconds > 0)))",
+        ),
+        "chk_job_schedules_jitter_max": (
+            "runledger_job_schedules",
+            "CHECK ((max_jitter_seconds <= 86400))",
+        ),
+        "chk_job_schedules_jitter_nonnegative": (
+            "runledger_job_schedules",
+            "CHECK ((max_jitter_seconds >= 0))",
+        ),
+        "chk_job_schedules_name_not_blank": (
+            "runledger_job_schedules",
+            "CHECK ((name ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text))",
+        ),
+        "chk_job_schedules_overlap": (
+            "runledger_job_schedules",
+            "CHECK ((overlap = ANY (ARRAY['allow'::text, 'skip'::text, 'serialize'::text])))",
+        ),
+        "chk_job_schedules_timezone_not_blank": (
+            "runledger_job_schedules",
+            "CHECK ((timezone ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text))",
+        ),
+        "chk_job_schedules_timezone_valid": (
+            "runledger_job_schedules",
+            "CHECK (((length(timezone) <= 64) AND (timezone ~ '^[A-Za-z0-9_+-]+(/[A-Za-z0-9_+-]+)*$'::text)))",
+        ),
+        "chk_schedule_fires_job_only_when_enqueued": (
+            "runledger_schedule_fires",
+            "CHECK (((outcome = 'enqueued'::text) OR (job_id IS NULL)))",
+        ),
+        "chk_schedule_fires_kind": (
+            "runledger_schedule_fires",
+            "CHECK ((kind = ANY (ARRAY['scheduled'::text, 'backfill'::text, 'manual'::text])))",
+        ),
+        "chk_schedule_fires_outcome": (
+            "runledger_schedule_fires",
+            "CHECK ((outcome = ANY (ARRAY['enqueued'::text, 'skipped_overlap'::text, 'skipped_late'::text, 'failed'::text])))",
+        ),
+        "fk_job_schedules_job_type": (
+            "runledger_job_schedules",
+            "FOREIGN KEY (job_type) REFERENCES runledger_job_definitions(job_type) ON DELETE RESTRICT",
+        ),
+        "fk_schedule_fires_job": (
+            "runledger_schedule_fires",
+            "FOREIGN KEY (job_id) REFERENCES runledger_job_queue(id) ON DELETE SET NULL",
+        ),
+        "fk_schedule_fires_schedule": (
+            "runledger_schedule_fires",
+            "FOREIGN KEY (schedule_id) REFERENCES runledger_job_schedules(id) ON DELETE CASCADE",
+        ),
+        "runledger_job_schedules_pkey": ("runledger_job_schedules", "PRIMARY KEY (id)"),
+        "runledger_schedule_fires_pkey": ("runledger_schedule_fires", "PRIMARY KEY (id)"),
+        "uq_job_schedules_name": ("runledger_job_schedules", "UNIQUE (name)"),
+    }
+)
+CONTRACT_INDEXES.update(
+    {
+        "idx_job_schedules_job_type": "CREATE INDEX idx_job_schedules_job_type ON public.runledger_job_schedules USING btree (job_type)",
+        "idx_job_schedules_next_fire": "CREATE INDEX idx_job_schedules_next_fire ON public.runledger_job_schedules USING btree (next_fire_at) WHERE (is_active AND (paused_at IS NULL))",
+        "idx_job_schedules_organization": "CREATE INDEX idx_job_schedules_organization ON public.runledger_job_schedules USING btree (organization_id, name) WHERE (organization_id IS NOT NULL)",
+        "idx_schedule_fires_created": "CREATE INDEX idx_schedule_fires_created ON public.runledger_schedule_fires USING btree (created_at)",
+        "idx_schedule_fires_job": "CREATE INDEX idx_schedule_fires_job ON public.runledger_schedule_fires USING btree (job_id) WHERE (job_id IS NOT NULL)",
+        "idx_schedule_fires_schedule_created": "CREATE INDEX idx_schedule_fires_schedule_created ON public.runledger_schedule_fires USING btree (schedule_id, created_at)",
+        "uq_schedule_fires_schedule_scheduled_for": "CREATE UNIQUE INDEX uq_schedule_fires_schedule_scheduled_for ON public.runledger_schedule_fires USING btree (schedule_id, scheduled_for) WHERE (kind <> 'manual'::text)",
+    }
+)
+
+
 def rows(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -597,6 +748,8 @@ def test_models__cover_every_column() -> None:
         JobEnqueueIntent,
         JobAttempt,
         JobExecutionResourceClaim,
+        JobSchedule,
+        ScheduleFire,
     ):
         table = model._meta.db_table
         columns = {field.column for field in model._meta.concrete_fields}
@@ -634,6 +787,9 @@ def test_constraints__every_check_and_key_by_name() -> None:
         ("fk_job_events_job", "c"),
         ("fk_job_attempts_job", "c"),
         ("fk_job_execution_resource_claims_job", "c"),
+        ("fk_job_schedules_job_type", "r"),
+        ("fk_schedule_fires_schedule", "c"),
+        ("fk_schedule_fires_job", "n"),
     ],
 )
 def test_foreign_keys__immediate_with_database_action(name: str, action: str) -> None:
