@@ -176,6 +176,7 @@ class JobScheduleAdmin(ScheduleAdminBase):
     list_display = (
         "name",
         "job_type_id",
+        "organization_id",
         "timing",
         "timezone",
         "next_fire_utc",

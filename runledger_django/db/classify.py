@@ -33,10 +33,10 @@ _BY_SQLSTATE: dict[str, Code] = {
     "42501": Code.DB_PERMISSION_DENIED,
 }
 
-# The tables other rows point at (migrations 0002 and 0004: every foreign key into the schema
+# The tables other rows point at (migrations 0002, 0004 and 0010: every foreign key into the schema
 # references one of these, whatever the key is called). Only a statement that deletes or
 # re-keys one of them can be refused for rows still pointing at it.
-REFERENCED_TABLES = ("runledger_job_definitions", "runledger_job_queue")
+REFERENCED_TABLES = ("runledger_job_definitions", "runledger_job_queue", "runledger_job_schedules")
 
 # SQLSTATEs after which the session or its transaction cannot go on: promotion must abort the
 # pass rather than defer one row (connection exceptions, shutdown, transaction_timeout).

@@ -268,12 +268,15 @@ def test_run_schedule_pass__disabled_definition__no_job_deferred_others_fire(
 
 
 def test_run_schedule_pass__deferred_failure__keeps_scheduled_for_and_recovers(
-    make_schedule: MakeSchedule,
+    make_schedule: MakeSchedule, caplog: pytest.LogCaptureFixture
 ) -> None:
-    make_schedule(cursor=at("2026-05-26T12:00"))
+    row = make_schedule(cursor=at("2026-05-26T12:00"))
     run_sql("UPDATE runledger_job_schedules SET cron_expr = 'not a cron'")
     first = run_schedule_pass(now=at("2026-05-26T12:00:05"))
     assert (first.fired, first.failed) == (0, 1)
+    logged = [r.getMessage() for r in caplog.records if "deferred" in r.getMessage()]
+    assert logged and str(row.id) in logged[0] and "every-minute" in logged[0]
+    assert "job_schedule.invalid_cron" in logged[0]
     run_sql("UPDATE runledger_job_schedules SET cron_expr = '* * * * *'")
     second = run_schedule_pass(now=at("2026-05-26T12:00:40"))
     assert second.fired == 1

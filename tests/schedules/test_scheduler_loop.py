@@ -194,3 +194,38 @@ def test_runledger_worker__long_running__fires_its_schedules_and_runs_them() -> 
         )
     finally:
         process.stop()
+
+
+def test_scheduler__stop_while_a_sync_holds_the_table__ends_within_seconds(
+    scheduled_definition: JobDefinition, observer: Any, start_scheduler: Any
+) -> None:
+    """A pass blocked behind a sync's lock gives up after its 1 s lock wait, so a stopping
+    scheduler ends within a few seconds while the conflicting lock is still held."""
+    import psycopg
+
+    from ..conftest import connection_kwargs, wait_for_lock_wait
+
+    save_schedule(
+        "due", SCHEDULED_TYPE, cron="* * * * *", next_fire_at=dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+    )
+    holder = psycopg.connect(**connection_kwargs())
+    try:
+        holder.execute("LOCK TABLE runledger_job_schedules IN SHARE ROW EXCLUSIVE MODE")
+        stop = threading.Event()
+        scheduler = CountingScheduler(
+            job_types=lambda: None,
+            stop=stop,
+            poll_seconds=30.0,
+            batch_size=100,
+            outage=Outage(limit_seconds=60, logger=logging.getLogger(__name__), what="test"),
+            sync=False,
+        )
+        scheduler.start()
+        wait_for_lock_wait(observer, "ROW EXCLUSIVE")
+        stop.set()
+        scheduler.poke()
+        scheduler.join(timeout=5)
+        assert not scheduler.is_alive()
+    finally:
+        holder.rollback()
+        holder.close()

@@ -218,3 +218,19 @@ def test_run_schedule_pass__behind_a_short_sync__waits_then_fires(
         assert future.result(timeout=10).fired == 1
     finally:
         holder.close()
+
+
+@pytest.mark.slow
+def test_sync__table_held__gives_up_after_five_seconds(
+    scheduled_definition: JobDefinition,
+) -> None:
+    holder = psycopg.connect(**connection_kwargs())
+    try:
+        holder.execute("LOCK TABLE runledger_job_schedules IN ROW EXCLUSIVE MODE")
+        with pytest.raises(RunledgerError) as info:
+            sync_declared_schedules([spec("a")])
+        assert info.value.sqlstate == "55P03"
+    finally:
+        holder.rollback()
+        holder.close()
+    assert not JobSchedule.objects.exists()
