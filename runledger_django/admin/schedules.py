@@ -61,22 +61,6 @@ FIELD_OF_CODE = {
     Code.SCHEDULE_INVALID_OVERLAP: "overlap",
 }
 """Which form field a validation code belongs to (the rest go to the form as a whole)."""
-DECLARED_FIELDS = (
-    "name",
-    "job_type",
-    "cron_expr",
-    "interval_seconds",
-    "timezone",
-    "payload_template",
-    "organization_id",
-    "priority",
-    "max_jitter_seconds",
-    "catch_up",
-    "catch_up_grace_seconds",
-    "catch_up_limit",
-    "overlap",
-    "is_active",
-)
 
 
 class ScheduleForm(ScheduleFormBase):
@@ -164,6 +148,10 @@ class ScheduleForm(ScheduleFormBase):
                 forms.ValidationError(error.client_message, code=error.code),
             )
         return data
+
+
+DECLARED_FIELDS = ("name", "job_type", *ScheduleForm.Meta.fields[1:])
+"""What the code owns in a declared schedule: read-only here."""
 
 
 @admin.register(JobSchedule)

@@ -159,6 +159,23 @@ def write(cursor: CursorWrapper, writes: Writes) -> Written:
     return Written(moved=row[0], jobs=row[1], skipped=row[2], hits=row[3])
 
 
+def write_in_savepoint(cursor: CursorWrapper, writes: Writes) -> Written | RunledgerError:
+    """``write`` inside the savepoint ``materialize_due_schedule``: its result, or, when the
+    statement failed for its rows' sake, the classified error with the savepoint rolled back
+    and released (the transaction goes on). A session-level failure is raised."""
+    cursor.execute(q.SAVEPOINT)
+    try:
+        written = write(cursor, writes)
+    except DatabaseError as exc:
+        if is_session_fatal(exc):
+            raise classify(exc, "materialize schedule fires") from exc
+        cursor.execute(q.ROLLBACK_TO_SAVEPOINT)
+        cursor.execute(q.RELEASE_SAVEPOINT)
+        return classify(exc, "materialize schedule fires")
+    cursor.execute(q.RELEASE_SAVEPOINT)
+    return written
+
+
 def plan_row(due: DueSchedule, now: dt.datetime, writes: Writes) -> None:
     """Add one claimed schedule's fires and cursor move to ``writes`` (pure: no SQL)."""
     if not due.definition_enabled:
@@ -237,16 +254,9 @@ def materialize(
     writes = Writes()
     for due in claimed:
         plan_row(due, now, writes)
-    cursor.execute(q.SAVEPOINT)
-    try:
-        written = write(cursor, writes)
-    except DatabaseError as exc:
-        if is_session_fatal(exc):
-            raise classify(exc, "materialize schedule fires") from exc
-        cursor.execute(q.ROLLBACK_TO_SAVEPOINT)
-        cursor.execute(q.RELEASE_SAVEPOINT)
+    written = write_in_savepoint(cursor, writes)
+    if isinstance(written, RunledgerError):
         return _row_by_row(cursor, claimed, now)
-    cursor.execute(q.RELEASE_SAVEPOINT)
     _check_moved(written.moved, len(writes.moves))
     return SchedulePassReport(
         claimed=len(claimed),
@@ -284,17 +294,10 @@ def _row_by_row(
     for due in claimed:
         writes = Writes()
         plan_row(due, now, writes)
-        cursor.execute(q.SAVEPOINT)
-        try:
-            written = write(cursor, writes)
-        except DatabaseError as exc:
-            if is_session_fatal(exc):
-                raise classify(exc, "materialize schedule fire") from exc
-            cursor.execute(q.ROLLBACK_TO_SAVEPOINT)
-            cursor.execute(q.RELEASE_SAVEPOINT)
-            error = classify(exc, "materialize schedule fire")
+        written = write_in_savepoint(cursor, writes)
+        if isinstance(written, RunledgerError):
             writes = Writes()
-            defer(due, now, error.code, writes)
+            defer(due, now, written.code, writes)
             try:
                 written = write(cursor, writes)
             except DatabaseError as again:
@@ -302,7 +305,6 @@ def _row_by_row(
             _check_moved(written.moved, 1)
             report = report + SchedulePassReport(failed=1)
             continue
-        cursor.execute(q.RELEASE_SAVEPOINT)
         _check_moved(written.moved, 1)
         report = report + SchedulePassReport(
             fired=written.jobs,
@@ -310,13 +312,7 @@ def _row_by_row(
             coalesced=writes.coalesced,
             failed=writes.failed,
         )
-    return SchedulePassReport(
-        claimed=report.claimed,
-        fired=report.fired,
-        skipped=report.skipped,
-        coalesced=report.coalesced,
-        failed=report.failed,
-    )
+    return report
 
 
 def claim_due(

@@ -28,6 +28,7 @@ from ...validation import storable_time
 from .._owned import in_owned_transaction
 from ..wakeup import JOBS_CHANNEL, SCHEDULES_CHANNEL, wake_after_commit
 from .passes import Writes, resource_key, write
+from .reads import timing_of_row
 from .spec import build_spec, validate_schedule_name
 from .timing import Timing
 
@@ -70,16 +71,6 @@ def timing_of(spec: ScheduleSpec, schedule_id: uuid.UUID) -> Timing:
         timezone=spec.timezone,
         jitter_seconds=spec.jitter_seconds,
         schedule_id=schedule_id,
-    )
-
-
-def row_timing(row: JobSchedule) -> Timing:
-    return Timing(
-        cron=row.cron_expr,
-        interval_seconds=row.interval_seconds,
-        timezone=row.timezone,
-        jitter_seconds=row.max_jitter_seconds,
-        schedule_id=row.id,
     )
 
 
@@ -318,7 +309,7 @@ def resume_schedule(name: str, *, using: str = DEFAULT_USING) -> JobSchedule:
         now = database_now(cursor)
         fields: dict[str, Any] = {"paused_at": None}
         if row.catch_up != "all" and row.next_fire_at <= now:
-            cursor_at = row_timing(row).first_fire_after(now)
+            cursor_at = timing_of_row(row).first_fire_after(now)
             fields.update(next_fire_at=cursor_at, next_scheduled_for=cursor_at)
         _update(row, using, **fields)
         return row
