@@ -100,10 +100,7 @@ fires AS (
 definition AS MATERIALIZED (
     SELECT job_type, default_priority, max_attempts, default_timeout_seconds
     FROM runledger_job_definitions
-    WHERE job_type = ANY(ARRAY(
-        SELECT DISTINCT s.job_type FROM runledger_job_schedules s
-        WHERE s.id = ANY(ARRAY(SELECT DISTINCT schedule_id FROM fire_input))))
-      AND is_enabled
+    WHERE job_type = ANY(%(job_types)s::text[]) AND is_enabled
     ORDER BY job_type
     FOR SHARE
 ),
@@ -211,8 +208,8 @@ SELECT now(),
 # The database clock (cursors are computed from it, never from the application's).
 DATABASE_NOW: Final[LiteralString] = "SELECT now()"
 
-# Ledger retention: old fires in bounded batches, never the newest of a schedule (its last
-# fire stays visible and still deduplicates). DELETE ... LIMIT has no ORM form.
+# Ledger retention: old fires in bounded batches, never the newest of a schedule (its latest
+# scheduled_for stays visible and still deduplicates). DELETE ... LIMIT has no ORM form.
 PRUNE_FIRES: Final[LiteralString] = """
 DELETE FROM runledger_schedule_fires
 WHERE id IN (
@@ -220,7 +217,7 @@ WHERE id IN (
     WHERE f.created_at < %(cutoff)s
       AND EXISTS (SELECT 1 FROM runledger_schedule_fires newer
                   WHERE newer.schedule_id = f.schedule_id
-                    AND (newer.created_at, newer.id) > (f.created_at, f.id))
+                    AND (newer.scheduled_for, newer.id) > (f.scheduled_for, f.id))
     ORDER BY f.created_at
     LIMIT %(limit)s
 )
@@ -232,7 +229,7 @@ SELECT count(*) FROM runledger_schedule_fires f
 WHERE f.created_at < %(cutoff)s
   AND EXISTS (SELECT 1 FROM runledger_schedule_fires newer
               WHERE newer.schedule_id = f.schedule_id
-                AND (newer.created_at, newer.id) > (f.created_at, f.id))
+                AND (newer.scheduled_for, newer.id) > (f.scheduled_for, f.id))
 """
 
 # Wake-up: schedulers LISTEN here; a saved, resumed or retimed schedule notifies after commit.

@@ -449,11 +449,10 @@ class Worker:
                 stop=self.background_stop,
                 poll_seconds=config.schedule_poll_seconds,
                 batch_size=config.schedule_batch_size,
-                outage=self.outage,
                 using=config.using,
                 on_pass=lambda report: self.poke() if report.fired else None,
                 on_outage=self.note_outage,
-                on_outage_limit=self.stop_for_outage,
+                epoch=lambda: self.epoch,
             )
             self._start(self.scheduler)
         try:

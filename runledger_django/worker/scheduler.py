@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -171,19 +172,23 @@ class Scheduler(threading.Thread):
         stop: threading.Event,
         poll_seconds: float,
         batch_size: int,
-        outage: Outage,
+        outage: Outage | None = None,
         using: str = "default",
         sync: bool = True,
         on_pass: Callable[[SchedulePassReport], None] | None = None,
         on_outage: Callable[[], None] | None = None,
         on_outage_limit: Callable[[OutageLimitExceededError], None] | None = None,
+        epoch: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(name="runledger-scheduler", daemon=True)
         self.job_types = job_types
         self.stop = stop
         self.poll_seconds = poll_seconds
         self.batch_size = batch_size
-        self.outage = outage
+        self.outage = outage or _quiet_outage()
+        """``run_schedules`` passes its own (it logs the outage); in a worker the scheduler
+        backs off on a private, silent one: the worker's loop reports outages, and the
+        scheduler's failures must neither lengthen the loop's waits nor end its outage."""
         self.using = using
         self.sync = sync
         self.on_pass = on_pass
@@ -194,6 +199,9 @@ class Scheduler(threading.Thread):
         """Set once the declarations were synced (or the sync gave up with a logged error)."""
         self.passes = 0
         self.looks = 0
+        self.epoch = epoch
+        self._seen_epoch = epoch() if epoch is not None else 0
+        self._retried = False
 
     def poke(self) -> None:
         """Look again now (a schedule was saved, resumed or retimed)."""
@@ -236,7 +244,14 @@ class Scheduler(threading.Thread):
             return
 
     def _failed(self, error: RunledgerError) -> float | None:
-        """Back off after a database failure; None when the outage limit was passed."""
+        """Back off after a database failure; None when the outage limit was passed.
+
+        The first session-level failure after a success is retried at once on a new
+        connection: after a server restart the old one is dead while the server is back."""
+        if is_outage(error) and not self._retried:
+            self._retried = True
+            connections.close_all()
+            return 0.0
         if is_outage(error) and self.on_outage is not None:
             self.on_outage()
         connections[self.using].close_if_unusable_or_obsolete()
@@ -254,11 +269,16 @@ class Scheduler(threading.Thread):
         types = self.job_types()
         if types is not None and not types:
             return self.poll_seconds
+        if self.epoch is not None and self.epoch() != self._seen_epoch:
+            # The worker saw the database go away: this thread's connection is dead too.
+            self._seen_epoch = self.epoch()
+            connections.close_all()
         try:
             self.looks += 1
             now, earliest = next_due_at(types, using=self.using)
             if earliest is None or earliest > now:
                 self.outage.succeeded()
+                self._retried = False
                 if earliest is None:
                     return self.poll_seconds
                 wait = (earliest - now).total_seconds() + WAKE_SLACK_SECONDS
@@ -272,6 +292,7 @@ class Scheduler(threading.Thread):
             connections[self.using].close_if_unusable_or_obsolete()
             return self.poll_seconds
         self.outage.succeeded()
+        self._retried = False
         return 0.0 if claimed else CONTENDED_WAIT_SECONDS
 
     def drain(self, types: list[str] | None) -> int:
@@ -286,6 +307,15 @@ class Scheduler(threading.Thread):
             if not report.batch_was_full:
                 break
         return claimed
+
+
+def _quiet_outage() -> Outage:
+    """Backoff without log lines and without a limit (the worker's loop has both)."""
+    quiet = logging.getLogger(f"{__name__}.quiet")
+    quiet.propagate = False
+    quiet.addHandler(logging.NullHandler())
+    quiet.setLevel(logging.CRITICAL + 1)
+    return Outage(limit_seconds=math.inf, logger=quiet, what="scheduler")
 
 
 def burst_schedules(

@@ -71,6 +71,7 @@ def backfill_schedule(
                 fire,
                 kind=FireKind.BACKFILL,
                 outcome=FireOutcome.ENQUEUED,
+                job_type=row.job_type_id,
                 resource=resource,
             )
         try:

@@ -81,6 +81,8 @@ class Writes:
 
     fires: list[tuple[Any, ...]] = field(default_factory=list)
     moves: list[tuple[Any, ...]] = field(default_factory=list)
+    job_types: set[str] = field(default_factory=set)
+    """The job types of the fires: their definitions are share-locked by key."""
     coalesced: int = 0
     failed: int = 0
 
@@ -91,10 +93,13 @@ class Writes:
         *,
         kind: str,
         outcome: str,
+        job_type: str,
         error_code: str | None = None,
         resource: str | None = None,
     ) -> None:
         job_id = uuid7() if outcome == FireOutcome.ENQUEUED else None
+        if job_id is not None:
+            self.job_types.add(job_type)
         self.fires.append(
             (
                 schedule_id,
@@ -128,6 +133,7 @@ class Writes:
             params[name] = [fire[index] for fire in self.fires]
         for index, name in enumerate(MOVE_ARRAYS):
             params[name] = [move[index] for move in self.moves]
+        params["job_types"] = sorted(self.job_types)
         return params
 
 
@@ -205,13 +211,30 @@ def plan_row(due: DueSchedule, now: dt.datetime, writes: Writes) -> None:
     running = due.overlap == Overlap.SKIP and due.last_job_status in RUNNING
     resource = resource_key(due.id) if due.overlap == Overlap.SERIALIZE else None
     for fire in plan.skipped_late:
-        writes.fire(due.id, fire, kind=FireKind.SCHEDULED, outcome=FireOutcome.SKIPPED_LATE)
+        writes.fire(
+            due.id,
+            fire,
+            kind=FireKind.SCHEDULED,
+            outcome=FireOutcome.SKIPPED_LATE,
+            job_type=due.job_type,
+        )
     for fire in plan.enqueue:
         if running:
-            writes.fire(due.id, fire, kind=FireKind.SCHEDULED, outcome=FireOutcome.SKIPPED_OVERLAP)
+            writes.fire(
+                due.id,
+                fire,
+                kind=FireKind.SCHEDULED,
+                outcome=FireOutcome.SKIPPED_OVERLAP,
+                job_type=due.job_type,
+            )
             continue
         writes.fire(
-            due.id, fire, kind=FireKind.SCHEDULED, outcome=FireOutcome.ENQUEUED, resource=resource
+            due.id,
+            fire,
+            kind=FireKind.SCHEDULED,
+            outcome=FireOutcome.ENQUEUED,
+            job_type=due.job_type,
+            resource=resource,
         )
         running = due.overlap == Overlap.SKIP  # this fire's job now runs
     writes.move(due.id, plan.next_fire_at, plan.next_fire_at, coalesced=plan.coalesced)
@@ -225,6 +248,7 @@ def defer(due: DueSchedule, now: dt.datetime, code: str, writes: Writes) -> None
         due.next_scheduled_for,
         kind=FireKind.SCHEDULED,
         outcome=FireOutcome.FAILED,
+        job_type=due.job_type,
         error_code=code,
     )
     writes.move(

@@ -369,6 +369,7 @@ def trigger_schedule(name: str, *, using: str = DEFAULT_USING) -> uuid.UUID:
             database_now(cursor),
             kind=FireKind.MANUAL,
             outcome=FireOutcome.ENQUEUED,
+            job_type=row.job_type_id,
             resource=resource_key(row.id) if row.overlap == Overlap.SERIALIZE else None,
         )
         try:
