@@ -48,9 +48,21 @@ def prepare() -> None:
 
 
 def pause_all() -> None:
-    """Stop every schedule before the drain (a pause is what an operator would do)."""
+    """Stop every schedule before the drain (a pause is what an operator would do). A pass in
+    flight holds a row for a moment, longer on a loaded machine than the pause's 5 s lock
+    wait: a lock timeout is retried, as an operator would."""
+    from runledger_django import RunledgerError
+
+    deadline = time.monotonic() + 120
     for name in SCHEDULES:
-        pause_schedule(name)
+        while True:
+            try:
+                pause_schedule(name)
+                break
+            except RunledgerError as error:
+                if error.sqlstate != "55P03" or time.monotonic() > deadline:
+                    raise
+                connections.close_all()
     connections.close_all()
 
 
