@@ -120,6 +120,7 @@ class _Counts:
         self.retried = 0
         self.dead_lettered = 0
         self.lease_lost = 0
+        self.continued = 0
 
     def add(self, run: JobRun) -> None:
         with self.lock:
@@ -131,6 +132,8 @@ class _Counts:
                 self.dead_lettered += 1
             elif run.outcome == "lease_lost":
                 self.lease_lost += 1
+            elif run.outcome == "continued":
+                self.continued += 1
 
     def report(self) -> WorkReport:
         with self.lock:
@@ -140,6 +143,7 @@ class _Counts:
                 retried=self.retried,
                 dead_lettered=self.dead_lettered,
                 lease_lost=self.lease_lost,
+                continued=self.continued,
             )
 
 
