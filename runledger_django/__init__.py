@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 _API_NAMES = frozenset(
     {
+        "ContinueJob",
         "EnqueueOutcome",
         "IntentMetrics",
         "IntentOutcome",
@@ -27,6 +28,7 @@ _API_NAMES = frozenset(
         "JobMetrics",
         "PromotionReport",
         "ReadScope",
+        "ReplayOutcome",
         "RetryJob",
         "RunledgerError",
         "TerminalJobError",
@@ -42,6 +44,7 @@ _API_NAMES = frozenset(
         "list_intents",
         "promote_intents",
         "record_intent",
+        "replay_job",
         "requeue_job",
         "run_jobs",
     }

@@ -10,6 +10,7 @@ from .domain import (
     JobMetrics,
     PromotionReport,
     ReadScope,
+    ReplayOutcome,
     WorkReport,
 )
 from .errors import RunledgerError
@@ -19,13 +20,15 @@ from .services.job_control import cancel_job, requeue_job
 from .services.job_metrics import job_metrics
 from .services.metrics import intent_metrics
 from .services.promotion import promote_intents
+from .services.replay import replay_job
 from .services.retention import delete_promoted_intents_before, delete_promoted_intents_for_jobs
 from .worker.context import JobContext
-from .worker.outcomes import RetryJob, TerminalJobError
+from .worker.outcomes import ContinueJob, RetryJob, TerminalJobError
 from .worker.registry import job_handler
 from .worker.run import run_jobs
 
 __all__ = [
+    "ContinueJob",
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
@@ -34,6 +37,7 @@ __all__ = [
     "JobMetrics",
     "PromotionReport",
     "ReadScope",
+    "ReplayOutcome",
     "RetryJob",
     "RunledgerError",
     "TerminalJobError",
@@ -49,6 +53,7 @@ __all__ = [
     "list_intents",
     "promote_intents",
     "record_intent",
+    "replay_job",
     "requeue_job",
     "run_jobs",
 ]

@@ -369,6 +369,32 @@ class JobFailure:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayOutcome:
+    """A replay of a succeeded job: the new job, and the source run it was made from.
+
+    ``disposition`` is ``"inserted"``, or ``"existing"`` when the same request key and reason
+    were replayed before (``status`` and ``run_number`` are then the replay's current ones).
+    """
+
+    job_id: uuid.UUID
+    status: JobStatus
+    run_number: int
+    disposition: Literal["inserted", "existing"]
+    source_job_id: uuid.UUID
+    source_run_number: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "status": str(self.status),
+            "run_number": self.run_number,
+            "disposition": self.disposition,
+            "source_job_id": str(self.source_job_id),
+            "source_run_number": self.source_run_number,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContinuationOutcome:
     """Where a continued job stands: its next run, and when that run is due."""
 

@@ -13,6 +13,7 @@ import runledger_django
 from runledger_django import api
 
 PUBLIC_NAMES = [
+    "ContinueJob",
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
@@ -21,6 +22,7 @@ PUBLIC_NAMES = [
     "JobMetrics",
     "PromotionReport",
     "ReadScope",
+    "ReplayOutcome",
     "RetryJob",
     "RunledgerError",
     "TerminalJobError",
@@ -36,6 +38,7 @@ PUBLIC_NAMES = [
     "list_intents",
     "promote_intents",
     "record_intent",
+    "replay_job",
     "requeue_job",
     "run_jobs",
 ]
@@ -51,6 +54,9 @@ WORKER_RUNTIME_ORIGINS = {
     "WorkReport": "runledger_django.domain",
     "cancel_job": "runledger_django.services.job_control",
     "requeue_job": "runledger_django.services.job_control",
+    "ContinueJob": "runledger_django.worker.outcomes",
+    "replay_job": "runledger_django.services.replay",
+    "ReplayOutcome": "runledger_django.domain",
 }
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
