@@ -47,7 +47,6 @@ from tests.worker.conftest import (
     expire_lease,
     job_row,
     resource_claims,
-    wait_until,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
