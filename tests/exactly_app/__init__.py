@@ -7,8 +7,8 @@ Job type names live here so the test process reads them without importing the ha
 EFFECT = "exact.effect"
 """atomic=True: writes an effect row, optionally waits for a release file, then succeeds."""
 LATE = "exact.late"
-"""A plain handler that waits for its release file, then writes its effect in
-``complete_atomically``."""
+"""A plain handler whose effect (and optional wait for its release file) is in a
+``complete_atomically`` block at its end."""
 SLICES = "exact.slices"
 """atomic=True: one effect row per slice, ``ContinueJob`` until ``payload["slices"]`` ran."""
 JOB_TYPES = (EFFECT, LATE, SLICES)

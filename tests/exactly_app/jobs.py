@@ -31,7 +31,7 @@ def write_effect(job: JobContext) -> Effect:
         run_number=job.run_number,
         attempt=job.attempt,
         worker_id=job.worker_id,
-        gate=payload.get("gate"),
+        gate=payload.get("gate") if job.attempt == 1 else None,  # only the first attempt waits
     )
 
 
@@ -66,10 +66,12 @@ def effect(job: JobContext) -> dict[str, Any]:
 
 @job_handler(LATE, max_attempts=5, timeout_seconds=60)
 def late(job: JobContext) -> None:
-    """Slow work outside any transaction (the hold), then the effect in an atomic block."""
-    _hold(job)
+    """Slow work outside any transaction first, then the effect in an atomic block, which
+    holds (optionally) with its transaction open."""
+    job.set_stage("calling the payment provider")
     with job.complete_atomically({"late": True}):
         write_effect(job)
+        _hold(job)
 
 
 @job_handler(SLICES, atomic=True, max_attempts=2, timeout_seconds=60)
