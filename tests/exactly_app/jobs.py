@@ -58,7 +58,13 @@ def _hold(job: JobContext) -> None:
 
 @job_handler(EFFECT, atomic=True, max_attempts=5, timeout_seconds=60)
 def effect(job: JobContext) -> dict[str, Any]:
-    """Write the effect row, hold (optionally), succeed: the row commits with the SUCCEEDED."""
+    """Write the effect row, hold (optionally), succeed: the row commits with the SUCCEEDED.
+
+    ``payload["sync_commit"]`` makes this transaction's COMMIT wait for a synchronous standby
+    (the outage test names one that never comes): committed locally, unanswered."""
+    if isinstance(job.payload, dict) and job.payload.get("sync_commit") and job.attempt == 1:
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = on")
     row = write_effect(job)
     _hold(job)
     return {"effect": row.pk, "attempt": job.attempt}
