@@ -156,22 +156,32 @@ class TaskRunner:
         sender = type(backend)
         task_started.send(sender=sender, task_result=result)
         try:
-            if task.takes_context:
-                raw = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+            if backend.backend_options.atomic_tasks:
+                # The task's writes and its job's success commit together (ATOMIC_TASKS).
+                with job.complete_atomically() as completion:
+                    value = self._call(task, result, job)
+                    completion.output = value
             else:
-                raw = task.call(*result.args, **result.kwargs)
-            value = _json_output(raw)
-            if job.remaining.total_seconds() <= 0:
-                # Past the deadline the worker records a timeout, whatever the task returned.
-                raise RunledgerError.for_code(
-                    Code.TIMEOUT_EXCEEDED, f"task {self.module_path} passed its deadline"
-                )
+                value = self._call(task, result, job)
         except BaseException as exc:
             task_finished.send(sender=sender, task_result=_failed(result, exc, job))
             raise
         finished = replace(result, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
         object.__setattr__(finished, "_return_value", value)
         task_finished.send(sender=sender, task_result=finished)
+        return value
+
+    def _call(self, task: Any, result: TaskResult[Any, Any], job: JobContext) -> Any:
+        if task.takes_context:
+            raw = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
+        else:
+            raw = task.call(*result.args, **result.kwargs)
+        value = _json_output(raw)
+        if job.remaining.total_seconds() <= 0:
+            # Past the deadline the worker records a timeout, whatever the task returned.
+            raise RunledgerError.for_code(
+                Code.TIMEOUT_EXCEEDED, f"task {self.module_path} passed its deadline"
+            )
         return value
 
 
