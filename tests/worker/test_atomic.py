@@ -125,7 +125,7 @@ def start(in_thread: InThread) -> Iterator[Start]:
             result = body(job)
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_backend_pid()")
-                pid.append(cursor.fetchone()[0])  # type: ignore[index]
+                pid.append(cursor.fetchone()[0])
             inside.set()
             assert go.wait(30)
             return result
