@@ -36,7 +36,9 @@ TOGGLED = "reliability.toggled"
 """Its definition is disabled and re-enabled all run long."""
 DORMANT = "reliability.dormant"
 """Disabled until the final drain: a backlog that only the drain may promote."""
-JOB_TYPES = (ALPHA, BETA, STABLE, TOGGLED, DORMANT)
+ATOMIC = "reliability.atomic"
+"""Run by an ``atomic=True`` handler whose effect row commits with its success (atomic.py)."""
+JOB_TYPES = (ALPHA, BETA, STABLE, TOGGLED, DORMANT, ATOMIC)
 RETAINED_TYPES = (ALPHA, BETA, TOGGLED)
 ORGANIZATIONS = (
     None,

@@ -19,7 +19,8 @@ from django.db import connection
 
 from runledger_django import JobContext, RetryJob, job_handler
 
-from ..common import HANDLER_RUNS_TABLE, JOB_TYPES, MAX_ATTEMPTS, plan_for
+from .. import atomic  # noqa: F401  (registers the atomic=True handler of its job type)
+from ..common import ATOMIC, HANDLER_RUNS_TABLE, JOB_TYPES, MAX_ATTEMPTS, plan_for
 
 _INSERT_RUN = (
     f"INSERT INTO {HANDLER_RUNS_TABLE} "  # noqa: S608  (a constant table name)
@@ -69,4 +70,5 @@ def run_job(job: JobContext) -> dict[str, Any]:
 
 
 for _job_type in JOB_TYPES:
-    job_handler(_job_type, max_attempts=MAX_ATTEMPTS, timeout_seconds=600)(run_job)
+    if _job_type != ATOMIC:
+        job_handler(_job_type, max_attempts=MAX_ATTEMPTS, timeout_seconds=600)(run_job)
