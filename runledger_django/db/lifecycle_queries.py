@@ -293,26 +293,30 @@ SELECT (SELECT count(*) FROM locked) AS matched,
 
 # What a success writes, shared by the one-lease and the many-lease statement: the row's
 # SUCCEEDED columns (output and the cleared fields follow in each), then the attempt row and the
-# event of every job in ``finished``.
+# event of every job in ``finished``. The finish time is the statement's: a success written at
+# the end of an atomic handler's transaction finished then, not when that transaction began
+# (outside a transaction the two are the same instant).
 _SUCCEEDED_SET: Final[LiteralString] = """SET status = 'SUCCEEDED',
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         worker_id = NULL,
-        finished_at = now(),
+        finished_at = statement_timestamp(),
         stage = 'completed',"""
 
 _SUCCEEDED_ATTEMPT_AND_EVENT: Final[LiteralString] = """attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
-    SET finished_at = now(), outcome = 'SUCCEEDED'
+    SET finished_at = statement_timestamp(), outcome = 'SUCCEEDED'
     FROM finished
     WHERE attempt_row.job_id = finished.id AND attempt_row.run_number = finished.run_number
       AND attempt_row.attempt = finished.attempt
 ),
 event AS (
     INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total,
+        occurred_at
     )
-    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total
+    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total,
+           statement_timestamp()
     FROM finished
 )
 """
@@ -506,7 +510,8 @@ SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
 
 # --- continuation and settling an atomic completion ---------------------------------------
 
-# Continuation (reference 8): the slice ends as a success of its attempt, and the same job comes
+# Continuation (reference 8), timed like a success (statement_timestamp: the end of an atomic
+# slice's transaction, not its start): the slice ends as a success of its attempt, and the same job comes
 # back PENDING as its next run (run_number + 1, attempt 0: a fresh attempt budget), stage
 # queued, due at the lock's clock plus the delay, with the new checkpoint (or the stored one)
 # and its progress kept. Leaving LEASED releases an execution resource through the claim
@@ -549,14 +554,15 @@ advanced AS (
 ),
 attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
-    SET finished_at = now(), outcome = 'CONTINUED'
+    SET finished_at = statement_timestamp(), outcome = 'CONTINUED'
     FROM advanced
     WHERE attempt_row.job_id = advanced.id AND attempt_row.run_number = %(run_number)s
       AND attempt_row.attempt = %(attempt)s
 ),
 event AS (
     INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload,
+        occurred_at
     )
     SELECT id, %(run_number)s, %(attempt)s, 'REQUEUED', 'queued', progress_done,
            progress_total,
@@ -564,7 +570,8 @@ event AS (
                               'requeue_kind', 'HANDLER_CONTINUATION',
                               'next_run_number', run_number,
                               'next_run_at', next_run_at,
-                              'delay_microseconds', CAST(%(delay_us)s AS bigint))
+                              'delay_microseconds', CAST(%(delay_us)s AS bigint)),
+           statement_timestamp()
     FROM advanced
 )
 SELECT run_number, next_run_at FROM advanced
