@@ -26,7 +26,12 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from ..domain import JobLease
 from ..errors import Code, RunledgerError
-from ..services.atomic import atomic_transaction, refuse_open_transaction, settle_commit
+from ..services.atomic import (
+    atomic_transaction,
+    completing,
+    refuse_open_transaction,
+    settle_commit,
+)
 from ..services.lifecycle import complete_job_success, continue_job
 from .outcomes import ContinueJob
 
@@ -128,19 +133,20 @@ def complete_atomically(
             execution.check_live()
             execution.completing = True  # heartbeats leave the row alone from here on
             try:
-                if continuation is None:
-                    complete_job_success(lease, output=completion.output, using=using)
-                else:
-                    execution.next_run_at = continue_job(
-                        lease,
-                        delay_microseconds=continuation.delay_microseconds(),
-                        using=using,
-                        **(
-                            {}
-                            if continuation.keeps_checkpoint
-                            else {"checkpoint": continuation.checkpoint}
-                        ),
-                    ).next_run_at
+                with completing(using):
+                    if continuation is None:
+                        complete_job_success(lease, output=completion.output, using=using)
+                    else:
+                        execution.next_run_at = continue_job(
+                            lease,
+                            delay_microseconds=continuation.delay_microseconds(),
+                            using=using,
+                            **(
+                                {}
+                                if continuation.keeps_checkpoint
+                                else {"checkpoint": continuation.checkpoint}
+                            ),
+                        ).next_run_at
             except BaseException:
                 execution.completing = False
                 raise

@@ -308,6 +308,7 @@ def test_execute__atomic_under_serializable_session__refused_before_the_handler(
 ) -> None:
     job_id = enqueue_job(TYPE, {}).job_id
     ran: list[int] = []
+    connection.close()  # a fresh session, as a project's configured default would give
     run_sql("SET default_transaction_isolation = 'serializable'")
     try:
         run = run_now(lambda job: ran.append(1))
