@@ -33,7 +33,7 @@ from ..errors import Code, RunledgerError
 from ..validation import encode_payload
 from ..worker.outcomes import TerminalJobError, class_path, failure_from_exception
 from ..worker.registry import Handler
-from .formats import TaskPayload, read_options
+from .formats import BackendOptions, TaskPayload, read_options
 from .naming import TASK_PREFIX, parse_task_job_type, queue_prefix
 
 if TYPE_CHECKING:
@@ -45,6 +45,9 @@ class TaskBackend(Protocol):
     for (``backend.py`` defines the class; see ``TaskSource``)."""
 
     def result_of_job(self, job_id: uuid.UUID) -> TaskResult[..., Any]: ...
+
+    @property
+    def backend_options(self) -> BackendOptions: ...
 
 
 __all__ = ["TaskRunner", "TaskSource"]
