@@ -3,6 +3,7 @@ reference/workflows.md section 12; upstream compare_and_replay tests of the seed
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import uuid
 from typing import Any
@@ -12,8 +13,10 @@ import pytest
 from django.db import IntegrityError, connection, transaction
 
 from runledger_django import ReadScope, RunledgerError, enqueue_job, replay_job
+from runledger_django.domain import FailureKind, JobFailure
 from runledger_django.models import Job, JobReplay
-from runledger_django.services.lifecycle import complete_job_success
+from runledger_django.services.job_retention import prune_jobs
+from runledger_django.services.lifecycle import complete_job_failure, complete_job_success
 from tests.conftest import InThread, MakeDefinition, run_sql, wait_for_lock_wait
 from tests.worker.conftest import TYPE, claim_one, event_rows, job_row
 
@@ -216,3 +219,27 @@ def test_replay_lineage__retention__source_cascades_replay_alone_refused(setup: 
         cursor.execute("DELETE FROM runledger_job_attempts WHERE job_id = ANY(%s)", [[source]])
         cursor.execute("DELETE FROM runledger_job_queue WHERE id = ANY(%s)", [[source, replay]])
     assert JobReplay.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_prune_jobs__dead_lettered_replay_of_a_kept_source__pruned_with_its_lineage(
+    setup: None,
+) -> None:
+    """Retention of dead letters only: the replay goes, its lineage with it, the SUCCEEDED
+    source stays (the lineage's foreign key would refuse the replay deleted alone)."""
+    source = succeeded_job()
+    replay = replay_job(source, scope=ReadScope.ADMIN, reason="r", request_key="k").job_id
+    lease = claim_one(job_types=[TYPE]).lease
+    assert lease.job_id == replay
+    complete_job_failure(
+        lease, JobFailure(kind=FailureKind.TERMINAL, code="job.terminal_failure", message="no")
+    )
+    run_sql(
+        "UPDATE runledger_job_queue SET created_at = created_at - interval '2 days', "
+        "finished_at = finished_at - interval '2 days'"
+    )
+    result = prune_jobs(dt.timedelta(days=1), statuses=["DEAD_LETTERED"])
+    assert not Job.objects.filter(pk=replay).exists()
+    assert Job.objects.filter(pk=source).exists()
+    assert JobReplay.objects.count() == 0
+    assert (result.counts.dead_lettered, result.counts.succeeded) == (1, 0)
