@@ -21,7 +21,7 @@ from django.db import DatabaseError, connection, connections
 
 from runledger_django import JobContext, RetryJob, job_handler
 
-from .common import ATOMIC, HANDLER_RUNS_TABLE, MAX_ATTEMPTS, plan_for
+from .common import ATOMIC, INSERT_HANDLER_RUN, MAX_ATTEMPTS, plan_for
 
 EFFECTS_TABLE = "reliability_atomic_effects"
 
@@ -39,11 +39,6 @@ CREATE TABLE {EFFECTS_TABLE} (
 _INSERT_EFFECT = (
     f"INSERT INTO {EFFECTS_TABLE} (job_id, run_number, attempt, worker_id) "  # noqa: S608
     "VALUES (%s, %s, %s, %s)"
-)
-_INSERT_RUN = (
-    f"INSERT INTO {HANDLER_RUNS_TABLE} "  # noqa: S608  (a constant table name)
-    "(job_id, job_type, run_number, attempt, worker_id, pid, phase, result) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
 _EFFECTS_OF_SUCCEEDED = f"""
 SELECT job.id::text, job.status, job.run_number, job.attempt,
@@ -85,7 +80,7 @@ def _journal(job: JobContext, phase: str, result: str | None = None) -> None:
             _journals.connection = side
         try:
             with side.cursor() as cursor:
-                cursor.execute(_INSERT_RUN, values)
+                cursor.execute(INSERT_HANDLER_RUN, values)
             return
         except DatabaseError:
             side.close()

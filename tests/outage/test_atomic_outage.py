@@ -14,39 +14,22 @@ worker's log lines; the only fixed wait is the restart itself.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import tempfile
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
 from tests.exactly_app import EFFECT
-from tests.outage.test_outage import Cluster, Command, wait_for_rows
+from tests.outage.test_outage import (  # the fixture too: one throwaway server per module
+    Cluster,
+    Command,
+    cluster,  # noqa: F401
+    wait_for_rows,
+)
 
 pytestmark = pytest.mark.slow
 
 GATE = 7070
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    data_dir = Path(tempfile.gettempdir()) / f"runledger-atomic-outage-{uuid.uuid4().hex[:12]}"
-    cluster = Cluster(data_dir)
-    with cluster.connect("postgres") as conn:
-        conn.execute("CREATE DATABASE outage")
-    migrated = cluster.manage("migrate", "-v", "0")
-    assert migrated.returncode == 0, migrated.stderr
-    yield cluster
-    try:
-        cluster.stop()
-    except subprocess.CalledProcessError:
-        pass
-    shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def wait_for_commit(conn: psycopg.Connection[Any], wait_event: str) -> int:
@@ -62,8 +45,8 @@ def wait_for_commit(conn: psycopg.Connection[Any], wait_event: str) -> int:
     raise AssertionError(f"no COMMIT waited on {wait_event}")
 
 
-def enqueue(cluster: Cluster, payload: str) -> str:
-    with cluster.connect() as conn:
+def enqueue(server: Cluster, payload: str) -> str:
+    with server.connect() as conn:
         conn.execute(
             "INSERT INTO runledger_job_definitions (job_type, max_attempts, "
             "default_timeout_seconds, default_priority, is_enabled) "
@@ -79,8 +62,8 @@ def enqueue(cluster: Cluster, payload: str) -> str:
     return str(row[0])
 
 
-def effects(cluster: Cluster, job_id: str) -> list[int]:
-    with cluster.connect() as conn:
+def effects(server: Cluster, job_id: str) -> list[int]:
+    with server.connect() as conn:
         rows = conn.execute(
             "SELECT attempt FROM exact_effects WHERE job_id = %s ORDER BY id", [job_id]
         ).fetchall()
@@ -88,7 +71,7 @@ def effects(cluster: Cluster, job_id: str) -> list[int]:
 
 
 @pytest.fixture
-def fresh(cluster: Cluster) -> Cluster:
+def fresh(cluster: Cluster) -> Cluster:  # noqa: F811  (the imported fixture)
     try:
         with cluster.connect() as conn:
             conn.execute("SELECT 1")
@@ -104,29 +87,29 @@ def fresh(cluster: Cluster) -> Cluster:
 def test_worker__server_restarted_while_commit_waits_at_gate__aborted_then_applied_once(
     fresh: Cluster,
 ) -> None:
-    cluster = fresh
-    job_id = enqueue(cluster, f'{{"gate": {GATE}}}')
-    holder = cluster.connect()
+    server = fresh
+    job_id = enqueue(server, f'{{"gate": {GATE}}}')
+    holder = server.connect()
     holder.execute("SELECT pg_advisory_lock(%s)", [GATE])
-    worker = Command(cluster, "runledger_worker", "--job-type", EFFECT)
+    worker = Command(server, "runledger_worker", "--job-type", EFFECT)
     try:
-        with cluster.connect() as conn:
+        with server.connect() as conn:
             wait_for_commit(conn, "advisory")
-        cluster.stop("immediate")  # the gate's holder goes down with the server
+        server.stop("immediate")  # the gate's holder goes down with the server
         holder.close()
-        cluster.start()
+        server.start()
         worker.wait_for_line("committed=False")
-        with cluster.connect() as conn:  # skip the retry's backoff: the path is the point
+        with server.connect() as conn:  # skip the retry's backoff: the path is the point
             conn.execute(
                 "UPDATE runledger_job_queue SET next_run_at = now() WHERE id = %s", [job_id]
             )
         wait_for_rows(
-            cluster,
+            server,
             f"SELECT count(*) FROM runledger_job_queue WHERE id = '{job_id}' "
             "AND status = 'SUCCEEDED'",
             1,
         )
-        assert effects(cluster, job_id) == [2]
+        assert effects(server, job_id) == [2]
         assert worker.stop() == 0
     finally:
         worker.kill()
@@ -135,34 +118,34 @@ def test_worker__server_restarted_while_commit_waits_at_gate__aborted_then_appli
 def test_worker__server_restarted_while_commit_waits_for_standby__settled_committed(
     fresh: Cluster,
 ) -> None:
-    cluster = fresh
-    with cluster.connect("postgres") as conn:
+    server = fresh
+    with server.connect("postgres") as conn:
         conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
         conn.execute("ALTER SYSTEM SET synchronous_commit = 'local'")
         conn.execute("SELECT pg_reload_conf()")
-    job_id = enqueue(cluster, '{"sync_commit": true}')
-    worker = Command(cluster, "runledger_worker", "--job-type", EFFECT)
+    job_id = enqueue(server, '{"sync_commit": true}')
+    worker = Command(server, "runledger_worker", "--job-type", EFFECT)
     try:
-        with cluster.connect() as conn:
+        with server.connect() as conn:
             wait_for_commit(conn, "SyncRep")
-        cluster.stop("immediate")
-        cluster.start()
-        with cluster.connect("postgres") as conn:
+        server.stop("immediate")
+        server.start()
+        with server.connect("postgres") as conn:
             conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
             conn.execute("ALTER SYSTEM RESET synchronous_commit")
             conn.execute("SELECT pg_reload_conf()")
         worker.wait_for_line("committed=True")
-        with cluster.connect() as conn:
+        with server.connect() as conn:
             row = conn.execute(
                 "SELECT status, attempt FROM runledger_job_queue WHERE id = %s", [job_id]
             ).fetchone()
         assert row == ("SUCCEEDED", 1)
-        assert effects(cluster, job_id) == [1]
+        assert effects(server, job_id) == [1]
         assert worker.stop() == 0
         assert worker.count("could not record a job outcome") == 0
     finally:
         worker.kill()
-        with cluster.connect("postgres") as conn:
+        with server.connect("postgres") as conn:
             conn.execute("ALTER SYSTEM RESET synchronous_standby_names")
             conn.execute("ALTER SYSTEM RESET synchronous_commit")
             conn.execute("SELECT pg_reload_conf()")
