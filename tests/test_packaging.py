@@ -1,4 +1,4 @@
-"""The release's metadata and checks: one version, the wheel inspection, the strict docs build.
+"""The release's checks: the licence, the wheel inspection, the strict docs build.
 
 CI builds the real wheel and runs tools/release.py on it; these tests prove that the inspection
 refuses the wheels it exists to refuse, and that the docs build fails on an unlisted page or a
@@ -11,24 +11,15 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 
-import runledger_django
 from tools import release
 
 ROOT = Path(__file__).resolve().parent.parent
 DIST_INFO = f"runledger_django-{release.version()}.dist-info"
 LICENSE = (ROOT / "LICENSE").read_bytes()
-
-
-def test_version__package_metadata_and_pyproject__one_version() -> None:
-    with (ROOT / "pyproject.toml").open("rb") as handle:
-        written = tomllib.load(handle)["project"]["version"]
-    assert runledger_django.__version__ == metadata.version("runledger-django") == written
 
 
 def test_license__the_apache_license_2_0__whole_text() -> None:
