@@ -3,7 +3,7 @@
 Usage (with the development venv's Python, which has the ``release`` and ``docs`` extras):
     python tools/release.py build              # sdist + wheel in dist/, twine check, wheel list
     python tools/release.py inspect WHEEL      # the wheel's file list alone
-    python tools/release.py smoke [--python PY] [--wheel WHEEL]
+    python tools/release.py smoke [--python PY] [--wheel WHEEL] [--scratch DIR [--prepare-only]]
                                                # the wheel in a fresh venv outside the checkout,
                                                # then smoke/ against it (DATABASE_URL, else the
                                                # embedded PostgreSQL 18 of the embedded extra)
@@ -175,39 +175,46 @@ def _dev_pins(names: Iterable[str]) -> list[str]:
     return pins
 
 
-def smoke(python: str, wheel: Path) -> None:
+def smoke(python: str, wheel: Path, *, scratch: Path | None, prepare_only: bool) -> None:
     """Install the wheel in a fresh venv outside the checkout and run smoke/ against it.
 
-    The venv lives in a temp directory, and pytest runs from smoke/ with its own pytest.ini, so
-    the checkout's package is not importable; the suite asserts that it imported the installed
-    copy. With DATABASE_URL unset the embedded extra is installed and the smoke suite starts its
-    own PostgreSQL 18 in a data directory of that temp directory.
+    The venv lives in a temp directory (``scratch``, else a new one removed afterwards), and
+    pytest runs from smoke/ with its own pytest.ini, so the checkout's package is not
+    importable; the suite asserts that it imported the installed copy. With DATABASE_URL unset
+    the embedded extra is installed and the suite starts its own PostgreSQL 18 in a data
+    directory of that temp directory. ``prepare_only`` stops once the venv is ready (CI
+    prepares one while the tests that must finish first still run); a second call with the
+    same ``scratch`` reuses it.
     """
     sys.path.insert(0, str(ROOT))
     from dev import _create_venv  # the venv bootstrap that works without ensurepip
 
-    embedded = not os.environ.get("DATABASE_URL")
-    scratch = Path(tempfile.mkdtemp(prefix="runledger-smoke-"))
+    owned = scratch is None
+    workdir = Path(tempfile.mkdtemp(prefix="runledger-smoke-")) if scratch is None else scratch
     try:
-        venv = scratch / "venv"
-        _create_venv(python, venv)
-        venv_python = str(venv / "bin" / "python")
-        pip = [venv_python, "-m", "pip", "--disable-pip-version-check", "-q"]
-        requirement = f"{wheel}[embedded]" if embedded else str(wheel)
-        _run([*pip, "install", requirement, *_dev_pins(SMOKE_TOOLS)], cwd=scratch)
+        venv_python = workdir / "venv" / "bin" / "python"
+        if not venv_python.exists():
+            _create_venv(python, workdir / "venv")
+            pip = [str(venv_python), "-m", "pip", "--disable-pip-version-check", "-q"]
+            embedded = not os.environ.get("DATABASE_URL")
+            requirement = f"{wheel}[embedded]" if embedded else str(wheel)
+            _run([*pip, "install", requirement, *_dev_pins(SMOKE_TOOLS)], cwd=workdir)
+        if prepare_only:
+            return
         env = {
             key: value
             for key, value in os.environ.items()
             if key not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "VIRTUAL_ENV")
         }
-        env["RUNLEDGER_SMOKE_DATA_DIR"] = str(scratch / "pgdata")
+        env["RUNLEDGER_SMOKE_DATA_DIR"] = str(workdir / "pgdata")
         code = subprocess.run(
-            [venv_python, "-m", "pytest"], cwd=SMOKE, env=env, check=False
+            [str(venv_python), "-m", "pytest"], cwd=SMOKE, env=env, check=False
         ).returncode
         if code != 0:
             sys.exit(f"smoke suite failed (pytest exit {code}; 5 means no test ran)")
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if owned:
+            shutil.rmtree(workdir, ignore_errors=True)
 
 
 def docs(site_dir: Path | None) -> None:
@@ -235,6 +242,8 @@ def main(argv: list[str]) -> None:
     smoke_args = commands.add_parser("smoke")
     smoke_args.add_argument("--python", default=sys.executable)
     smoke_args.add_argument("--wheel", type=Path, default=None)
+    smoke_args.add_argument("--scratch", type=Path, default=None)
+    smoke_args.add_argument("--prepare-only", action="store_true")
     docs_args = commands.add_parser("docs")
     docs_args.add_argument("--site-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -243,7 +252,8 @@ def main(argv: list[str]) -> None:
     elif args.command == "inspect":
         inspect_wheel(args.wheel)
     elif args.command == "smoke":
-        smoke(args.python, (args.wheel or built("wheel")).resolve())
+        wheel = (args.wheel or built("wheel")).resolve()
+        smoke(args.python, wheel, scratch=args.scratch, prepare_only=args.prepare_only)
     else:
         docs(args.site_dir)
 
