@@ -20,6 +20,7 @@ from django.db import connection, connections
 from runledger_django import promote_intents
 from runledger_django.models import JobDefinition
 
+from . import atomic
 from .common import (
     APPLICATION_PREFIX,
     DORMANT,
@@ -112,6 +113,7 @@ def prepare_database() -> None:
     call_command("migrate", verbosity=0, interactive=False)
     with connection.cursor() as cursor:
         cursor.execute(CREATE_HANDLER_RUNS)
+        cursor.execute(atomic.CREATE_EFFECTS)
     JobDefinition.objects.bulk_create(
         [
             JobDefinition(
@@ -562,6 +564,9 @@ def finish(
     world = job_world(evidence, workers, restarts)
     job_violations, job_counts = check_jobs(world)
     violations += job_violations
+    atomic_violations, atomic_counts = atomic.check_effects()
+    violations += atomic_violations
+    job_counts.update(atomic_counts)
     for job_id in evidence.retained_jobs - world.retained:
         violations.append(f"retained job {job_id} left no record of how it ran")
     counts = evidence.counts
@@ -618,6 +623,9 @@ def finish(
         "extra runs",
         "extra runs explained",
         "keyed attempts",
+        "atomic jobs",
+        "atomic effects",
+        "atomic duplicate effects",
         "worker reports succeeded",
         "worker reports retried",
         "worker reports lease_lost",

@@ -36,7 +36,9 @@ TOGGLED = "reliability.toggled"
 """Its definition is disabled and re-enabled all run long."""
 DORMANT = "reliability.dormant"
 """Disabled until the final drain: a backlog that only the drain may promote."""
-JOB_TYPES = (ALPHA, BETA, STABLE, TOGGLED, DORMANT)
+ATOMIC = "reliability.atomic"
+"""Run by an ``atomic=True`` handler whose effect row commits with its success (atomic.py)."""
+JOB_TYPES = (ALPHA, BETA, STABLE, TOGGLED, DORMANT, ATOMIC)
 RETAINED_TYPES = (ALPHA, BETA, TOGGLED)
 ORGANIZATIONS = (
     None,
@@ -59,6 +61,12 @@ OVERDUE_SECONDS = REAPER_INTERVAL_SECONDS + 5
 """A lease expired longer ago than this and still LEASED means the reapers are not reaping."""
 HANDLER_RUNS_TABLE = "reliability_handler_runs"
 """The harness's own table: one row when a handler starts, one when it finishes."""
+INSERT_HANDLER_RUN = (
+    f"INSERT INTO {HANDLER_RUNS_TABLE} "  # noqa: S608  (a constant table name)
+    "(job_id, job_type, run_number, attempt, worker_id, pid, phase, result) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+"""One handler-run row (the plain handlers' and the atomic one's)."""
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from runledger_django.models import Job, JobDefinition, JobEnqueueIntent
 
 from .common import (
     ALPHA,
+    ATOMIC,
     BETA,
     CONCURRENCY_ENV,
     DORMANT,
@@ -199,7 +200,14 @@ class Recorder(Worker):
         ("conflict", 10),
         ("promotion_conflict", 6),
     )
-    TYPE_WEIGHTS = ((ALPHA, 30), (BETA, 20), (STABLE, 25), (TOGGLED, 15), (DORMANT, 10))
+    TYPE_WEIGHTS = (
+        (ALPHA, 30),
+        (BETA, 20),
+        (STABLE, 25),
+        (TOGGLED, 15),
+        (DORMANT, 10),
+        (ATOMIC, 20),
+    )
 
     def __init__(
         self, name: str, rng: random.Random, journal: Journal, stop_file: Path, ready_file: Path

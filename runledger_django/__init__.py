@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 _API_NAMES = frozenset(
     {
         "BackfillReport",
+        "ContinueJob",
         "EnqueueOutcome",
         "IntentMetrics",
         "IntentOutcome",
@@ -29,6 +30,7 @@ _API_NAMES = frozenset(
         "JobTarget",
         "PromotionReport",
         "ReadScope",
+        "ReplayOutcome",
         "RetryJob",
         "RunledgerError",
         "ScheduleMetrics",
@@ -53,6 +55,7 @@ _API_NAMES = frozenset(
         "pause_schedule",
         "promote_intents",
         "record_intent",
+        "replay_job",
         "requeue_job",
         "resume_schedule",
         "retime_schedule",

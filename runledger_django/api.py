@@ -12,6 +12,7 @@ from .domain import (
     JobTarget,
     PromotionReport,
     ReadScope,
+    ReplayOutcome,
     ScheduleMetrics,
     SchedulePassReport,
     TargetSpec,
@@ -24,6 +25,7 @@ from .services.job_control import cancel_job, requeue_job
 from .services.job_metrics import job_metrics
 from .services.metrics import intent_metrics
 from .services.promotion import promote_intents
+from .services.replay import replay_job
 from .services.retention import delete_promoted_intents_before, delete_promoted_intents_for_jobs
 from .services.schedules import (
     backfill_schedule,
@@ -40,13 +42,14 @@ from .services.schedules import (
     trigger_schedule,
 )
 from .worker.context import JobContext
-from .worker.outcomes import RetryJob, TerminalJobError
+from .worker.outcomes import ContinueJob, RetryJob, TerminalJobError
 from .worker.registry import job_handler
 from .worker.run import run_jobs
 from .worker.scheduler import schedule
 
 __all__ = [
     "BackfillReport",
+    "ContinueJob",
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
@@ -56,6 +59,7 @@ __all__ = [
     "JobTarget",
     "PromotionReport",
     "ReadScope",
+    "ReplayOutcome",
     "RetryJob",
     "RunledgerError",
     "ScheduleMetrics",
@@ -80,6 +84,7 @@ __all__ = [
     "pause_schedule",
     "promote_intents",
     "record_intent",
+    "replay_job",
     "requeue_job",
     "resume_schedule",
     "retime_schedule",

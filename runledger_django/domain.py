@@ -76,6 +76,8 @@ class AttemptOutcome(models.TextChoices):
     DEAD_LETTERED = "DEAD_LETTERED"
     CANCELED = "CANCELED"
     INTERRUPTED = "INTERRUPTED"
+    CONTINUED = "CONTINUED"
+    """The handler ended its slice with ``ContinueJob``: the job runs again as its next run."""
 
 
 class JobEventType(models.TextChoices):
@@ -367,6 +369,40 @@ class JobFailure:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ReplayOutcome:
+    """A replay of a succeeded job: the new job, and the source run it was made from.
+
+    ``disposition`` is ``"inserted"``, or ``"existing"`` when the same request key and reason
+    were replayed before (``status`` and ``run_number`` are then the replay's current ones).
+    """
+
+    job_id: uuid.UUID
+    status: JobStatus
+    run_number: int
+    disposition: Literal["inserted", "existing"]
+    source_job_id: uuid.UUID
+    source_run_number: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_id": str(self.job_id),
+            "status": str(self.status),
+            "run_number": self.run_number,
+            "disposition": self.disposition,
+            "source_job_id": str(self.source_job_id),
+            "source_run_number": self.source_run_number,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContinuationOutcome:
+    """Where a continued job stands: its next run, and when that run is due."""
+
+    run_number: int
+    next_run_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FailureOutcome:
     """Where a failure left the job: PENDING with its next run, or DEAD_LETTERED."""
 
@@ -410,6 +446,8 @@ class WorkReport:
     retried: int = 0
     dead_lettered: int = 0
     lease_lost: int = 0
+    continued: int = 0
+    """Slices that ended with ``ContinueJob`` (the job comes back as its next run)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

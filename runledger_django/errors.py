@@ -104,6 +104,18 @@ class Code(StrEnum):
     DB_PERMISSION_DENIED = "db.permission_denied"
     DB_QUERY_FAILED = "db.query_failed"
     DB_TRANSACTION_COMMIT_UNCONFIRMED = "db.transaction_commit_unconfirmed"
+    # Exactly-once completion, continuation and replay (issue 20).
+    ATOMIC_COMPLETION_UNSUPPORTED_ISOLATION = "job.atomic_completion_unsupported_isolation"
+    ATOMIC_COMPLETION_WRONG_DATABASE = "job.atomic_completion_wrong_database"
+    ATOMIC_COMPLETION_REQUIRES_OWN_TRANSACTION = "job.atomic_completion_requires_own_transaction"
+    ALREADY_COMPLETED = "job.already_completed"
+    INVALID_CONTINUATION_DELAY = "job.invalid_continuation_delay"
+    REPLAY_REQUEST_KEY_BLANK = "job.replay_request_key_blank"
+    REPLAY_REQUEST_KEY_TOO_LONG = "job.replay_request_key_too_long"
+    REPLAY_REASON_BLANK = "job.replay_reason_blank"
+    REPLAY_IDEMPOTENCY_CONFLICT = "job.replay_idempotency_conflict"
+    REPLAY_EXPECTATION_MISMATCH = "job.replay_expectation_mismatch"
+    COMPARE_AND_REPLAY_UNSUPPORTED_ISOLATION = "job.compare_and_replay_unsupported_isolation"
 
 
 _V = ErrorCategory.VALIDATION
@@ -286,6 +298,33 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
     Code.DB_PERMISSION_DENIED: (_F, "Operation is not allowed."),
     Code.DB_QUERY_FAILED: (_I, "Database operation failed."),
     Code.DB_TRANSACTION_COMMIT_UNCONFIRMED: (_I, "Database transaction commit was not confirmed."),
+    # Exactly-once completion, continuation and replay (issue 20).
+    Code.ATOMIC_COMPLETION_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Atomic job completion requires READ COMMITTED transaction isolation.",
+    ),
+    Code.ATOMIC_COMPLETION_WRONG_DATABASE: (
+        _V,
+        "Atomic job completion must run on the database of the job queue.",
+    ),
+    Code.ATOMIC_COMPLETION_REQUIRES_OWN_TRANSACTION: (
+        _V,
+        "Atomic job completion must own its transaction; it cannot run inside an atomic block.",
+    ),
+    Code.ALREADY_COMPLETED: (_C, "Job was already completed by this attempt."),
+    Code.INVALID_CONTINUATION_DELAY: (_V, "Job continuation delay cannot be scheduled."),
+    Code.REPLAY_REQUEST_KEY_BLANK: (_V, "Job replay request key must not be blank."),
+    Code.REPLAY_REQUEST_KEY_TOO_LONG: (_V, "Job replay request key must be at most 512 bytes."),
+    Code.REPLAY_REASON_BLANK: (_V, "Job replay reason must not be blank."),
+    Code.REPLAY_IDEMPOTENCY_CONFLICT: (
+        _C,
+        "Job replay retry conflicts with the existing replay request key.",
+    ),
+    Code.REPLAY_EXPECTATION_MISMATCH: (_C, "Job run changed since it was observed."),
+    Code.COMPARE_AND_REPLAY_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Job replay requires READ COMMITTED transaction isolation.",
+    ),
 }
 
 # A persisted row that fails to decode is the server's fault, not the caller's: the same codes

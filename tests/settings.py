@@ -24,7 +24,7 @@ else:
 # Concurrent test runs on one server need their own test databases.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("RUNLEDGER_TEST_DB", "test_runledger")}
 
-INSTALLED_APPS = [*base.INSTALLED_APPS]
+INSTALLED_APPS = [*base.INSTALLED_APPS, "tests.exactly_app"]
 MIDDLEWARE = [*base.MIDDLEWARE]
 ROOT_URLCONF = "example_project.urls"
 TEMPLATES = base.TEMPLATES

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import tomllib
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from runledger_django import api
 
 PUBLIC_NAMES = [
     "BackfillReport",
+    "ContinueJob",
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
@@ -23,6 +26,7 @@ PUBLIC_NAMES = [
     "JobTarget",
     "PromotionReport",
     "ReadScope",
+    "ReplayOutcome",
     "RetryJob",
     "RunledgerError",
     "ScheduleMetrics",
@@ -47,6 +51,7 @@ PUBLIC_NAMES = [
     "pause_schedule",
     "promote_intents",
     "record_intent",
+    "replay_job",
     "requeue_job",
     "resume_schedule",
     "retime_schedule",
@@ -69,6 +74,9 @@ WORKER_RUNTIME_ORIGINS = {
     "WorkReport": "runledger_django.domain",
     "cancel_job": "runledger_django.services.job_control",
     "requeue_job": "runledger_django.services.job_control",
+    "ContinueJob": "runledger_django.worker.outcomes",
+    "replay_job": "runledger_django.services.replay",
+    "ReplayOutcome": "runledger_django.domain",
 }
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -107,8 +115,11 @@ def test_getattr__unknown_name__attribute_error() -> None:
         runledger_django.decode_intent_state  # noqa: B018
 
 
-def test_version__from_distribution_metadata() -> None:
-    assert runledger_django.__version__ == "0.1.0"
+def test_version__from_distribution_metadata__the_version_pyproject_sets() -> None:
+    """pyproject.toml's [project] version is the only place the version is written."""
+    with (PROJECT_ROOT / "pyproject.toml").open("rb") as handle:
+        written = tomllib.load(handle)["project"]["version"]
+    assert runledger_django.__version__ == metadata.version("runledger-django") == written
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
@@ -135,7 +146,7 @@ def test_import__without_settings__imports_no_models_or_services() -> None:
         """
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("0.1.0 []")
+    assert result.stdout.startswith(f"{runledger_django.__version__} []")
 
 
 def test_import__settings_configured_but_apps_not_ready__no_app_registry_error() -> None:

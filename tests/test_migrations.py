@@ -42,6 +42,7 @@ TABLES = [
     "runledger_job_events",
     "runledger_job_execution_resource_claims",
     "runledger_job_queue",
+    "runledger_job_replays",
 ]
 
 TS = "timestamp with time zone"
@@ -80,6 +81,14 @@ COLUMNS: dict[str, dict[str, tuple[str, bool, str | None]]] = {
         "lease_expires_at": (TS, True, None),
         "release_after": (TS, False, None),
         "acquired_at": (TS, True, NOW),
+    },
+    "runledger_job_replays": {
+        "replay_job_id": ("uuid", True, None),
+        "source_job_id": ("uuid", True, None),
+        "source_run_number": ("integer", True, None),
+        "request_key": ("text", True, None),
+        "reason": ("text", True, None),
+        "created_at": (TS, True, NOW),
     },
     "runledger_job_definitions": {
         "job_type": ("text", True, None),
@@ -177,6 +186,7 @@ RESOURCE_KEY = (
 
 ATTEMPTS = "runledger_job_attempts"
 CLAIMS = "runledger_job_execution_resource_claims"
+REPLAYS = "runledger_job_replays"
 
 # name -> (table, pg_get_constraintdef) for every CHECK, FOREIGN KEY, PRIMARY KEY, UNIQUE.
 CONSTRAINTS: dict[str, tuple[str, str]] = {
@@ -192,7 +202,7 @@ CONSTRAINTS: dict[str, tuple[str, str]] = {
         ATTEMPTS,
         "CHECK (((outcome IS NULL) OR (outcome = ANY (ARRAY['SUCCEEDED'::text, "
         "'RETRY_SCHEDULED'::text, 'DEAD_LETTERED'::text, 'CANCELED'::text, "
-        "'INTERRUPTED'::text]))))",
+        "'INTERRUPTED'::text, 'CONTINUED'::text]))))",
     ),
     "chk_job_attempts_failure_kind": (
         ATTEMPTS,
@@ -219,6 +229,19 @@ CONSTRAINTS: dict[str, tuple[str, str]] = {
     "fk_job_execution_resource_claims_job": (
         CLAIMS,
         "FOREIGN KEY (job_id) REFERENCES runledger_job_queue(id) ON DELETE CASCADE",
+    ),
+    "runledger_job_replays_pkey": (REPLAYS, "PRIMARY KEY (replay_job_id)"),
+    "uq_job_replays_source_run_request_key": (
+        REPLAYS,
+        "UNIQUE (source_job_id, source_run_number, request_key)",
+    ),
+    "fk_job_replays_source_job": (
+        REPLAYS,
+        "FOREIGN KEY (source_job_id) REFERENCES runledger_job_queue(id) ON DELETE CASCADE",
+    ),
+    "fk_job_replays_replay_job": (
+        REPLAYS,
+        "FOREIGN KEY (replay_job_id) REFERENCES runledger_job_queue(id)",
     ),
     "chk_job_execution_resource_claims_key": (
         CLAIMS,

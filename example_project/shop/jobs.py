@@ -15,7 +15,7 @@ from django.utils import timezone
 from runledger_django import JobContext, RetryJob, TerminalJobError, job_handler, schedule
 
 from .models import Order
-from .views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
+from .views import PAYMENT_JOB_TYPE, RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
 
 DAILY_SALES_JOB_TYPE = "shop.daily_sales"
 DAILY_SALES_SCHEDULE = "shop.daily-sales"
@@ -70,6 +70,18 @@ def notify_warehouse(job: JobContext) -> dict[str, Any]:
     if job.run_number == WAREHOUSE_DOWN_DURING_RUN:
         raise RetryJob("the warehouse did not answer", after=WAREHOUSE_RETRY_AFTER)
     return {"reserved_for": order.reference, "attempt": job.attempt, "run": job.run_number}
+
+
+@job_handler(PAYMENT_JOB_TYPE, atomic=True, max_attempts=5, timeout_seconds=30)
+def mark_paid(job: JobContext) -> dict[str, Any]:
+    """Mark the order paid, exactly once: ``atomic=True`` runs this handler in the transaction
+    that records the job's success, so the order's ``paid_at`` and the SUCCEEDED commit
+    together or not at all, whatever happens to the worker. No idempotency mark is needed for
+    this write (``paid_at`` is set once because the job succeeds once)."""
+    order = _order(job, lock=True)
+    order.paid_at = timezone.now()
+    order.save(update_fields=["paid_at"])
+    return {"paid": order.reference, "run": job.run_number}
 
 
 @job_handler(DAILY_SALES_JOB_TYPE, max_attempts=3, timeout_seconds=120)

@@ -13,6 +13,8 @@ class Order(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     receipt_sent_at = models.DateTimeField(null=True, blank=True)
     """Set by the receipt job in the transaction that sends it: a second run sends nothing."""
+    paid_at = models.DateTimeField(null=True, blank=True)
+    """Set by the atomic payment job, in the transaction that records its success."""
 
     class Meta:
         db_table = "shop_orders"

@@ -17,6 +17,7 @@ from .models import Order
 
 RECEIPT_JOB_TYPE = "shop.send_receipt"
 WAREHOUSE_JOB_TYPE = "shop.notify_warehouse"
+PAYMENT_JOB_TYPE = "shop.mark_paid"
 
 
 class CheckoutFailedError(Exception):

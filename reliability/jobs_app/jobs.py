@@ -19,13 +19,8 @@ from django.db import connection
 
 from runledger_django import JobContext, RetryJob, job_handler
 
-from ..common import HANDLER_RUNS_TABLE, JOB_TYPES, MAX_ATTEMPTS, plan_for
-
-_INSERT_RUN = (
-    f"INSERT INTO {HANDLER_RUNS_TABLE} "  # noqa: S608  (a constant table name)
-    "(job_id, job_type, run_number, attempt, worker_id, pid, phase, result) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
-)
+from .. import atomic  # noqa: F401  (registers the atomic=True handler of its job type)
+from ..common import ATOMIC, INSERT_HANDLER_RUN, JOB_TYPES, MAX_ATTEMPTS, plan_for
 
 
 class DeliberateFailureError(Exception):
@@ -35,7 +30,7 @@ class DeliberateFailureError(Exception):
 def _record(job: JobContext, phase: str, result: str | None = None) -> None:
     with connection.cursor() as cursor:
         cursor.execute(
-            _INSERT_RUN,
+            INSERT_HANDLER_RUN,
             [
                 job.job_id,
                 job.job_type,
@@ -69,4 +64,5 @@ def run_job(job: JobContext) -> dict[str, Any]:
 
 
 for _job_type in JOB_TYPES:
-    job_handler(_job_type, max_attempts=MAX_ATTEMPTS, timeout_seconds=600)(run_job)
+    if _job_type != ATOMIC:
+        job_handler(_job_type, max_attempts=MAX_ATTEMPTS, timeout_seconds=600)(run_job)

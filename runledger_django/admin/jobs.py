@@ -1,6 +1,7 @@
 """The jobs' admin: the changelist and a job's page with its attempts and events, the cancel
 and requeue actions (which call the services ``cancel_job`` and ``requeue_job`` and need
-permissions of their own), and the dead letters' entry on the admin index.
+permissions of their own), the replay of a succeeded job from its page (``replay_job``,
+behind its own permission too), and the dead letters' entry on the admin index.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ..errors import Code, RunledgerError
 from ..models import DeadLetter, Job, JobAttempt, JobEvent
 from ..services.job_control import cancel_job, requeue_job
 from ..services.job_metrics import job_metrics
+from ..services.replay import replay_job
 from ..services.search import job_ids_by_key
 from .metrics import JOB_METRICS_URL_NAME, metrics_page
 from .shared import AdminIndexEntry, JobTypeFilter, LargeTableAdmin, ReadOnlyMixin, json_block
@@ -36,6 +38,8 @@ else:
 
 JOB_CANCEL_URL_NAME = "runledger_job_cancel"
 JOB_REQUEUE_URL_NAME = "runledger_job_requeue"
+JOB_REPLAY_URL_NAME = "runledger_job_replay"
+REPLAY_REASON_MAX_CHARS = 500
 
 EVENTS_SHOWN = 100
 """Newest events a job page shows inline; heartbeats can make the full trail very long."""
@@ -188,6 +192,14 @@ _ACTION_ERRORS: dict[str, str] = {
 }
 
 
+_REPLAY_ERRORS: dict[str, str] = {
+    Code.INVALID_STATE_TRANSITION: "only a succeeded job can be replayed",
+    Code.REPLAY_EXPECTATION_MISMATCH: "the job changed since the page was shown",
+    Code.REPLAY_REASON_BLANK: "give a reason",
+    Code.NOT_FOUND: "the job is gone",
+}
+
+
 @admin.register(Job)
 class JobAdmin(LargeTableAdmin):
     # What tells a job's story first (a narrow screen scrolls the table sideways).
@@ -235,6 +247,9 @@ class JobAdmin(LargeTableAdmin):
 
     def has_requeue_permission(self, request: HttpRequest) -> bool:
         return self._has_job_permission(request, "requeue_job")
+
+    def has_replay_permission(self, request: HttpRequest) -> bool:
+        return self._has_job_permission(request, "replay_job")
 
     # --- columns and fields ----------------------------------------------------------------
 
@@ -338,6 +353,11 @@ class JobAdmin(LargeTableAdmin):
                 self.admin_site.admin_view(self.requeue_view),
                 name=JOB_REQUEUE_URL_NAME,
             ),
+            path(
+                "<uuid:object_id>/replay/",
+                self.admin_site.admin_view(self.replay_view),
+                name=JOB_REPLAY_URL_NAME,
+            ),
         ]
         return [*urls, *super().get_urls()]
 
@@ -358,6 +378,55 @@ class JobAdmin(LargeTableAdmin):
 
     def requeue_view(self, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
         return self._single_action_view(request, object_id, "requeue")
+
+    def replay_view(self, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
+        """The Replay button of a succeeded job's page: POST only, with its own permission.
+
+        The form carries a request key made when the page was rendered, so submitting the same
+        form twice (a double click, a browser retry) makes one replay; the run number the page
+        showed guards against replaying a job that moved on since. On success the replay's
+        page opens; otherwise the job's page again, with the reason.
+        """
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not (self.has_view_permission(request) and self.has_replay_permission(request)):
+            raise PermissionDenied
+        reason = str(request.POST.get("reason", "")).strip()[:REPLAY_REASON_MAX_CHARS]
+        key = str(request.POST.get("request_key", "")).strip() or f"admin:{uuid.uuid4()}"
+        observed = str(request.POST.get("run_number", ""))
+        try:
+            outcome = replay_job(
+                object_id,
+                scope=ReadScope.ADMIN,
+                reason=reason,
+                request_key=key,
+                expected_run_number=int(observed) if observed.isdigit() else None,
+            )
+        except RunledgerError as error:
+            message = _REPLAY_ERRORS.get(error.code, error.client_message)
+            self.message_user(request, f"The job was not replayed: {message}.", messages.ERROR)
+            return self._job_page(object_id)
+        verb = "Replayed" if outcome.disposition == "inserted" else "Already replayed"
+        self.message_user(
+            request,
+            format_html(
+                '{} job <a href="{}">{}</a> as this new job.',
+                verb,
+                reverse(
+                    "admin:runledger_job_change",
+                    args=(object_id,),
+                    current_app=self.admin_site.name,
+                ),
+                object_id,
+            ),
+            messages.SUCCESS,
+        )
+        return self._job_page(outcome.job_id)
+
+    def _job_page(self, job_id: uuid.UUID) -> HttpResponse:
+        return HttpResponseRedirect(
+            reverse("admin:runledger_job_change", args=(job_id,), current_app=self.admin_site.name)
+        )
 
     def _single_action_view(
         self, request: HttpRequest, object_id: uuid.UUID, name: str
@@ -394,6 +463,9 @@ class JobAdmin(LargeTableAdmin):
                 JobStatus.DEAD_LETTERED,
                 JobStatus.CANCELED,
             ) and self.has_requeue_permission(request)
+            if obj.status == JobStatus.SUCCEEDED and self.has_replay_permission(request):
+                context["runledger_may_replay"] = True
+                context["runledger_replay_key"] = f"admin:{uuid.uuid4()}"
         return super().render_change_form(request, context, add, change, form_url, obj)
 
 

@@ -293,26 +293,30 @@ SELECT (SELECT count(*) FROM locked) AS matched,
 
 # What a success writes, shared by the one-lease and the many-lease statement: the row's
 # SUCCEEDED columns (output and the cleared fields follow in each), then the attempt row and the
-# event of every job in ``finished``.
+# event of every job in ``finished``. The finish time is the statement's: a success written at
+# the end of an atomic handler's transaction finished then, not when that transaction began
+# (outside a transaction the two are the same instant).
 _SUCCEEDED_SET: Final[LiteralString] = """SET status = 'SUCCEEDED',
         lease_expires_at = NULL,
         last_heartbeat_at = NULL,
         worker_id = NULL,
-        finished_at = now(),
+        finished_at = statement_timestamp(),
         stage = 'completed',"""
 
 _SUCCEEDED_ATTEMPT_AND_EVENT: Final[LiteralString] = """attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
-    SET finished_at = now(), outcome = 'SUCCEEDED'
+    SET finished_at = statement_timestamp(), outcome = 'SUCCEEDED'
     FROM finished
     WHERE attempt_row.job_id = finished.id AND attempt_row.run_number = finished.run_number
       AND attempt_row.attempt = finished.attempt
 ),
 event AS (
     INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total,
+        occurred_at
     )
-    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total
+    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total,
+           statement_timestamp()
     FROM finished
 )
 """
@@ -503,6 +507,93 @@ event AS (
 SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
 """
 )
+
+# --- continuation and settling an atomic completion ---------------------------------------
+
+# Continuation (reference 8), timed like a success (statement_timestamp: the end of an atomic
+# slice's transaction, not its start): the slice ends as a success of its attempt, and the same job comes
+# back PENDING as its next run (run_number + 1, attempt 0: a fresh attempt budget), stage
+# queued, due at the lock's clock plus the delay, with the new checkpoint (or the stored one)
+# and its progress kept. Leaving LEASED releases an execution resource through the claim
+# trigger, so the next slice contends for it again. The REQUEUED event is written on the run
+# that just ended. Fenced like a success: the row is locked by the exact lease, then the live
+# lease is checked against the clock. Returns the next run number and when it is due.
+CONTINUE_JOB: Final[LiteralString] = (
+    "/* runledger:continue_job */\n"
+    + """WITH locked AS MATERIALIZED (
+    SELECT job.id, clock_timestamp() AS base FROM runledger_job_queue job
+    WHERE """
+    + _EXACT_LEASE
+    + """
+    FOR UPDATE
+),
+advanced AS (
+    UPDATE runledger_job_queue job
+    SET status = 'PENDING',
+        stage = 'queued',
+        run_number = job.run_number + 1,
+        attempt = 0,
+        next_run_at = locked.base
+            + CAST(%(delay_us)s AS bigint) * interval '1 microsecond',
+        lease_expires_at = NULL,
+        last_heartbeat_at = NULL,
+        worker_id = NULL,
+        started_at = NULL,
+        finished_at = NULL,
+        checkpoint = CASE WHEN %(set_checkpoint)s THEN CAST(%(checkpoint)s AS jsonb)
+                          ELSE job.checkpoint END,
+        output = NULL,
+        status_reason = 'HANDLER_CONTINUATION',
+        last_error_code = NULL,
+        last_error_message = NULL
+    FROM locked
+    WHERE job.id = locked.id AND """
+    + _LIVE_LEASE
+    + """
+    RETURNING job.id, job.run_number, job.next_run_at, job.progress_done, job.progress_total
+),
+attempt_row AS (
+    UPDATE runledger_job_attempts attempt_row
+    SET finished_at = statement_timestamp(), outcome = 'CONTINUED'
+    FROM advanced
+    WHERE attempt_row.job_id = advanced.id AND attempt_row.run_number = %(run_number)s
+      AND attempt_row.attempt = %(attempt)s
+),
+event AS (
+    INSERT INTO runledger_job_events (
+        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload,
+        occurred_at
+    )
+    SELECT id, %(run_number)s, %(attempt)s, 'REQUEUED', 'queued', progress_done,
+           progress_total,
+           jsonb_build_object('reason', 'HANDLER_CONTINUATION',
+                              'requeue_kind', 'HANDLER_CONTINUATION',
+                              'next_run_number', run_number,
+                              'next_run_at', next_run_at,
+                              'delay_microseconds', CAST(%(delay_us)s AS bigint)),
+           statement_timestamp()
+    FROM advanced
+)
+SELECT run_number, next_run_at FROM advanced
+"""
+)
+
+# After a commit whose outcome is unknown (the connection broke during COMMIT): wait for the
+# job's row lock, which the completion statement took and which the old transaction holds
+# until it has committed or aborted, whatever its client saw. Then the attempt row, read by a
+# second statement with a snapshot taken after that wait, says what happened: SUCCEEDED or
+# CONTINUED means the completion committed (nobody else writes those outcomes into this
+# worker's attempt).
+LOCK_JOB_ROW: Final[LiteralString] = """
+/* runledger:settle_atomic_commit */
+SELECT job.id FROM runledger_job_queue job WHERE job.id = %(job_id)s FOR UPDATE
+"""
+
+ATTEMPT_OUTCOME: Final[LiteralString] = """
+SELECT attempt_row.outcome FROM runledger_job_attempts attempt_row
+WHERE attempt_row.job_id = %(job_id)s AND attempt_row.run_number = %(run_number)s
+  AND attempt_row.attempt = %(attempt)s
+"""
 
 # Hand leases back (worker shutdown or a stuck worker): the jobs are due again at once and the
 # interrupted attempt stays on record; it is not a failure, so it never dead-letters a job.

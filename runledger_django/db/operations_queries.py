@@ -279,7 +279,13 @@ deleted AS (
     WHERE id = ANY(%(job_ids)s::uuid[]) AND"""
     + _PRUNABLE
     + """  AND (SELECT n FROM changed) = 0
-    RETURNING status
+    RETURNING id, status
+),
+-- A replay's lineage goes with the replay (a source's goes by ON DELETE CASCADE): its foreign
+-- key refuses a replay deleted alone, which retention of dead letters only would otherwise do.
+unlinked AS (
+    DELETE FROM runledger_job_replays replay
+    WHERE replay.replay_job_id IN (SELECT id FROM deleted)
 )
 SELECT (SELECT n FROM changed),
        count(*) FILTER (WHERE status = 'SUCCEEDED'),

@@ -193,6 +193,24 @@ def compact_sql(sql: str) -> str:
     return "".join(out).strip()
 
 
+_LAST_STATEMENT = "runledger_last_statement"
+
+
+@contextmanager
+def last_statement_of_transaction(using: str) -> Iterator[None]:
+    """Within the block, a capped transition run inside the caller's transaction is that
+    transaction's last statement before its COMMIT (an atomic job completion): it goes with
+    its caps in one round trip, with no savepoint around it and no restore after it. A failure
+    aborts the transaction, which the caller then rolls back whole; a success is followed by
+    the commit, which ends the caps with the transaction."""
+    connection = connections[using]
+    setattr(connection, _LAST_STATEMENT, True)
+    try:
+        yield
+    finally:
+        setattr(connection, _LAST_STATEMENT, False)
+
+
 def run_capped_together(
     using: str,
     statements: tuple[str, ...],
@@ -229,11 +247,10 @@ def _run_capped_each(
 ) -> list[list[tuple[Any, ...]]]:
     connection = connections[using]
     results: list[list[tuple[Any, ...]]] = []
+    last = getattr(connection, _LAST_STATEMENT, False) and connection.in_atomic_block
     if (
-        connection.get_autocommit()
-        and not connection.in_atomic_block
-        and uses_client_side_binding(using)
-    ):
+        last or (connection.get_autocommit() and not connection.in_atomic_block)
+    ) and uses_client_side_binding(using):
         with connection.cursor() as cursor:
             execute(
                 cursor,

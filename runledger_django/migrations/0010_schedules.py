@@ -112,7 +112,7 @@ ALTER TABLE runledger_job_schedules ALTER COLUMN id DROP DEFAULT;
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runledger", "0008_record_intent_function"),
+        ("runledger", "0009_exactly_once"),
     ]
 
     operations = [

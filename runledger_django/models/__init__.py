@@ -8,9 +8,9 @@ Django allows in Meta.indexes. Migration 0007 adds the CHECKs that keep every st
 readable by Python and every counter below the integer maximum (validated without a long
 lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin's search.
 
-One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims),
-``intents`` (enqueue intents), ``schedules`` (periodic schedules and their fire ledger),
-``admin_pages`` (the proxies behind admin index entries). Every
+One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims,
+replay lineage), ``intents`` (enqueue intents), ``schedules`` (periodic schedules and their
+fire ledger), ``admin_pages`` (the proxies behind admin index entries). Every
 model is re-exported here, so ``from runledger_django.models import Job`` keeps working.
 """
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..domain import FK_INTENT_PROMOTED_JOB
 from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
 from .intents import JobEnqueueIntent
-from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim
+from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim, JobReplay
 from .schedules import JobSchedule, ScheduleFire
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "JobEvent",
     "JobExecutionResourceClaim",
     "JobMetricsPage",
+    "JobReplay",
     "JobSchedule",
     "ScheduleFire",
 ]

@@ -103,6 +103,7 @@ class Job(models.Model):
         permissions = [
             ("cancel_job", "Can cancel a pending or leased job"),
             ("requeue_job", "Can requeue a dead-lettered or canceled job"),
+            ("replay_job", "Can replay a succeeded job as a new job"),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -294,3 +295,44 @@ class JobExecutionResourceClaim(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resource_key} -> {self.job_id}"
+
+
+class JobReplay(models.Model):
+    """Lineage of a replay: a new job made from a SUCCEEDED one (reference 5), one per source
+    run and request key.
+
+    The foreign keys are created by RunSQL: deleting the source removes its lineage
+    (``fk_job_replays_source_job``, ON DELETE CASCADE); deleting only the replay is refused
+    while its source exists (``fk_job_replays_replay_job``, NO ACTION, checked at the end of
+    the statement, so deleting both in one statement works).
+    """
+
+    replay_job = models.OneToOneField(
+        Job,
+        primary_key=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="replayed_from",
+    )
+    source_job = models.ForeignKey(
+        Job,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="replays",
+    )
+    source_run_number = models.IntegerField()
+    request_key = models.TextField()
+    reason = models.TextField()
+    created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+
+    class Meta:
+        db_table = "runledger_job_replays"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["source_job", "source_run_number", "request_key"],
+                name="uq_job_replays_source_run_request_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.replay_job_id} replays {self.source_job_id}"

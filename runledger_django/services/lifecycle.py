@@ -14,7 +14,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..db import lifecycle_queries
-from ..domain import FailureKind, FailureOutcome, HeartbeatResult, JobFailure, JobLease, JobStatus
+from ..domain import (
+    ContinuationOutcome,
+    FailureKind,
+    FailureOutcome,
+    HeartbeatResult,
+    JobFailure,
+    JobLease,
+    JobStatus,
+)
 from ..errors import Code, RunledgerError
 from ..validation import INT32_MAX, encode_payload, is_blank, storable_time
 from ._lease import (
@@ -296,6 +304,49 @@ def _text(value: object, fallback: str) -> str:
     text = value if isinstance(value, str) else ""
     text = text.replace("\x00", "").encode("utf-8", "replace").decode("utf-8")
     return text if text.strip() else fallback
+
+
+def continue_job(
+    lease: JobLease,
+    *,
+    delay_microseconds: int = 0,
+    checkpoint: Any = _UNSET,
+    using: str = DEFAULT_USING,
+) -> ContinuationOutcome:
+    """End a handler's slice: close the attempt, and put the same job back PENDING as its next
+    run (``run_number`` + 1, attempt 0, a fresh attempt budget), due after the delay, with
+    ``checkpoint`` stored (omitted: the stored one is kept) (reference 8).
+
+    Transaction: one statement, its own transaction (or the caller's atomic block: an atomic
+    handler's slice commits with its checkpoint).
+
+    Raises:
+        RunledgerError: ``job.invalid_continuation_delay``, ``job.invalid_checkpoint`` before
+            any SQL; ``job.lease_owner_mismatch``.
+    """
+    checked = validate_lease(lease)
+    if type(delay_microseconds) is not int or not 0 <= delay_microseconds <= INT64_MAX:
+        raise RunledgerError.for_code(
+            Code.INVALID_CONTINUATION_DELAY, "delay_microseconds must be a non-negative int"
+        )
+    set_checkpoint = checkpoint is not _UNSET
+    rows = transition(
+        using,
+        lifecycle_queries.CONTINUE_JOB,
+        {
+            **lease_params(checked),
+            "delay_us": delay_microseconds,
+            "set_checkpoint": set_checkpoint,
+            "checkpoint": (
+                encode_json_value(checkpoint, Code.INVALID_CHECKPOINT) if set_checkpoint else None
+            ),
+        },
+        context="continue job",
+    )
+    if not rows:
+        raise lease_mismatch(checked)
+    run_number, next_run_at = rows[0]
+    return ContinuationOutcome(run_number=run_number, next_run_at=next_run_at)
 
 
 def hand_back_leases(

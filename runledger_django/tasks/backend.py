@@ -175,7 +175,8 @@ def load_task(module_path: str) -> Task[..., Any]:
 
 class RunledgerTaskBackend(BaseTaskBackend):
     """Enqueue tasks as runledger intents in the caller's transaction; run them with
-    ``runledger_worker``. ``OPTIONS``: ``DATABASE``, ``MAX_ATTEMPTS``, ``TIMEOUT_SECONDS``."""
+    ``runledger_worker``. ``OPTIONS``: ``DATABASE``, ``MAX_ATTEMPTS``, ``TIMEOUT_SECONDS``,
+    ``ATOMIC_TASKS``."""
 
     task_class = RunledgerTask
 
@@ -484,7 +485,7 @@ class RunledgerTaskBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[CheckMessage]:
         """runledger.E101 the app is not installed, E102 the database is not PostgreSQL,
-        E103-E106 invalid OPTIONS, E107 a queue name that cannot form a job type."""
+        E103-E106 and E108 invalid OPTIONS, E107 a queue name that cannot form a job type."""
         where = f"TASKS[{self.alias!r}]"
         messages: list[CheckMessage] = []
         if not apps.is_installed("runledger_django"):

@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS
 
 from ..validation import INT32_MAX
 
-OPTION_KEYS = ("DATABASE", "MAX_ATTEMPTS", "TIMEOUT_SECONDS")
+OPTION_KEYS = ("DATABASE", "MAX_ATTEMPTS", "TIMEOUT_SECONDS", "ATOMIC_TASKS")
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +56,10 @@ class BackendOptions:
     per task afterwards, in the admin's job definitions."""
     timeout_seconds: int | None
     """The run time limit of a new task's definition (None: the table default, 900 s)."""
+    atomic_tasks: bool
+    """Run each task of this backend as an ``atomic=True`` handler: the task's writes to
+    ``DATABASE`` and its job's success commit together (Django's ``ATOMIC_REQUESTS``, for
+    tasks). Give atomic tasks a backend alias of their own to choose per task."""
     problems: tuple[tuple[str, str, str], ...]
     """``(check id, message, hint)`` for every invalid option."""
 
@@ -104,9 +108,20 @@ def read_options(options: object) -> BackendOptions:
             )
             value = None
         numbers[key] = value
+    atomic_tasks = options.get("ATOMIC_TASKS", False)
+    if not isinstance(atomic_tasks, bool):
+        problems.append(
+            (
+                "runledger.E108",
+                f"OPTIONS['ATOMIC_TASKS'] must be True or False, got {atomic_tasks!r}.",
+                "True runs each task in the transaction that records its success.",
+            )
+        )
+        atomic_tasks = False
     return BackendOptions(
         database=database,
         max_attempts=numbers["MAX_ATTEMPTS"],
         timeout_seconds=numbers["TIMEOUT_SECONDS"],
+        atomic_tasks=atomic_tasks,
         problems=tuple(problems),
     )

@@ -34,7 +34,7 @@ from ..errors import Code, RunledgerError
 from ..validation import encode_payload
 from ..worker.outcomes import TerminalJobError, class_path, failure_from_exception
 from ..worker.registry import Handler
-from .formats import TaskPayload, read_options
+from .formats import BackendOptions, TaskPayload, read_options
 from .naming import TASK_PREFIX, parse_task_job_type, queue_prefix
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ class TaskBackend(Protocol):
     for (``backend.py`` defines the class; see ``TaskSource``)."""
 
     def result_of_job(self, job_id: uuid.UUID) -> TaskResult[..., Any]: ...
+
+    @property
+    def backend_options(self) -> BackendOptions: ...
 
 
 __all__ = ["TaskRunner", "TaskSource"]
@@ -157,27 +160,37 @@ class TaskRunner:
         sender = type(backend)
         task_started.send(sender=sender, task_result=result)
         try:
-            if task.takes_context:
-                context = RunledgerTaskContext(
-                    task_result=result,
-                    scheduled_for=job.scheduled_for,
-                    schedule_name=job.schedule_name,
-                )
-                raw = task.call(context, *result.args, **result.kwargs)
+            if backend.backend_options.atomic_tasks:
+                # The task's writes and its job's success commit together (ATOMIC_TASKS).
+                with job.complete_atomically() as completion:
+                    value = self._call(task, result, job)
+                    completion.output = value
             else:
-                raw = task.call(*result.args, **result.kwargs)
-            value = _json_output(raw)
-            if job.remaining.total_seconds() <= 0:
-                # Past the deadline the worker records a timeout, whatever the task returned.
-                raise RunledgerError.for_code(
-                    Code.TIMEOUT_EXCEEDED, f"task {self.module_path} passed its deadline"
-                )
+                value = self._call(task, result, job)
         except BaseException as exc:
             task_finished.send(sender=sender, task_result=_failed(result, exc, job))
             raise
         finished = replace(result, status=TaskResultStatus.SUCCESSFUL, finished_at=timezone.now())
         object.__setattr__(finished, "_return_value", value)
         task_finished.send(sender=sender, task_result=finished)
+        return value
+
+    def _call(self, task: Any, result: TaskResult[Any, Any], job: JobContext) -> Any:
+        if task.takes_context:
+            context = RunledgerTaskContext(
+                task_result=result,
+                scheduled_for=job.scheduled_for,
+                schedule_name=job.schedule_name,
+            )
+            raw = task.call(context, *result.args, **result.kwargs)
+        else:
+            raw = task.call(*result.args, **result.kwargs)
+        value = _json_output(raw)
+        if job.remaining.total_seconds() <= 0:
+            # Past the deadline the worker records a timeout, whatever the task returned.
+            raise RunledgerError.for_code(
+                Code.TIMEOUT_EXCEEDED, f"task {self.module_path} passed its deadline"
+            )
         return value
 
 

@@ -6,15 +6,20 @@ import datetime as dt
 import threading
 import time
 import uuid
-from typing import Any, Protocol
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from django.db import connections
 
 from ..domain import ClaimedJob, JobLease
 from ..errors import Code, RunledgerError
 from ..services._lease import lease_mismatch
 from ..services.lifecycle import heartbeat_leases, update_job_progress
+from .atomic import AtomicCompletion, CompletingAttempt, complete_atomically
 
 
-class RunningAttempt(Protocol):
+class RunningAttempt(CompletingAttempt, Protocol):
     """What a context needs of the attempt it belongs to (``execution.Execution`` is the one):
     the claim, its deadline and lease, and the flag that the lease is gone. A protocol, so
     this module does not import the executor that builds the contexts."""
@@ -31,6 +36,12 @@ class RunningAttempt(Protocol):
     def mark_lost(self, reason: str) -> None: ...
 
 
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
+
+T = TypeVar("T")
+
+
 class JobContext:
     """The job a handler runs, and the only way it writes to that job.
 
@@ -39,13 +50,17 @@ class JobContext:
     ``RunledgerError`` (``job.lease_owner_mismatch``, or ``job.timeout_exceeded`` past the
     deadline) and nothing is written; the handler's result will be discarded too, so it may
     as well stop. Inside the handler's own ``transaction.atomic()`` block a write joins that
-    transaction, so a checkpoint can commit together with the work it records.
+    transaction, so a checkpoint can commit together with the work it records. Inside an
+    atomic completion's transaction (``atomic=True``, ``complete_atomically``) these writes go
+    on a connection of their own instead, so the job's row is not held locked until the commit
+    (a slice's checkpoint commits with its writes through ``ContinueJob(checkpoint=...)``).
     """
 
     def __init__(self, execution: RunningAttempt, *, using: str) -> None:
         claimed = execution.claimed
         self._execution = execution
         self._using = using
+        self._side: BaseDatabaseWrapper | None = None
         self.job_id: uuid.UUID = claimed.lease.job_id
         self.job_type: str = claimed.job_type
         self.organization_id: uuid.UUID | None = claimed.organization_id
@@ -104,11 +119,13 @@ class JobContext:
         """Record progress (``done`` of ``total``); writes a PROGRESS event."""
         self._check()
         try:
-            update_job_progress(
-                self._execution.lease,
-                progress_done=done,
-                progress_total=total,
-                using=self._using,
+            self._write(
+                lambda: update_job_progress(
+                    self._execution.lease,
+                    progress_done=done,
+                    progress_total=total,
+                    using=self._using,
+                )
             )
         except RunledgerError as error:
             raise self._refused(error) from None
@@ -117,7 +134,9 @@ class JobContext:
         """Record what the handler is doing now (free text); writes a STAGE_CHANGED event."""
         self._check()
         try:
-            update_job_progress(self._execution.lease, stage=stage, using=self._using)
+            self._write(
+                lambda: update_job_progress(self._execution.lease, stage=stage, using=self._using)
+            )
         except RunledgerError as error:
             raise self._refused(error) from None
 
@@ -125,7 +144,11 @@ class JobContext:
         """Store JSON-native ``value`` as the job's checkpoint; a retry starts from it."""
         self._check()
         try:
-            update_job_progress(self._execution.lease, checkpoint=value, using=self._using)
+            self._write(
+                lambda: update_job_progress(
+                    self._execution.lease, checkpoint=value, using=self._using
+                )
+            )
         except RunledgerError as error:
             raise self._refused(error) from None
         self.checkpoint = value
@@ -133,14 +156,74 @@ class JobContext:
     def heartbeat(self) -> None:
         """Renew the lease now (the worker also does so every third of the lease)."""
         self._check()
-        result = heartbeat_leases(
-            [self._execution.lease],
-            lease_seconds=self._execution.lease_seconds,
-            using=self._using,
+        result = self._write(
+            lambda: heartbeat_leases(
+                [self._execution.lease],
+                lease_seconds=self._execution.lease_seconds,
+                using=self._using,
+            )
         )
         if self.job_id in result.lost:
             self._execution.mark_lost("a heartbeat found the lease gone")
             raise lease_mismatch(self._execution.lease)
+
+    # --- exactly-once completion -----------------------------------------------------------
+
+    def complete_atomically(
+        self, output: Any = None, *, using: str | None = None
+    ) -> AbstractContextManager[AtomicCompletion]:
+        """A block whose database writes commit together with this job's success.
+
+        For the end of a handler, after slow external work: the block runs in a READ
+        COMMITTED transaction on the queue's connection (so ``record_intent`` and
+        ``enqueue_job`` in it join it), and when it exits the job's fenced SUCCEEDED with
+        ``output`` (or the block's ``completion.output``) is written in that transaction,
+        which then commits. A lost lease, the deadline, or any exception rolls everything
+        back; the block raises ``RunledgerError`` ``job.lease_owner_mismatch`` when the lease
+        was lost. ``ContinueJob`` raised in the block commits the continuation instead.
+        Whatever the handler returns afterwards is not stored; the job is already done.
+
+        Args:
+            output: the job's output (JSON-native, or None).
+            using: the database alias the block writes to, when given: it must be the
+                queue's (``job.atomic_completion_wrong_database`` otherwise).
+
+        Raises:
+            RunledgerError: ``job.already_completed``, ``job.atomic_completion_wrong_database``,
+                ``job.atomic_completion_requires_own_transaction`` (inside an atomic block),
+                ``job.atomic_completion_unsupported_isolation``, before the block runs;
+                ``job.lease_owner_mismatch``, ``job.timeout_exceeded``,
+                ``job.invalid_output``, ``db.transaction_commit_unconfirmed``.
+        """
+        return complete_atomically(
+            self._execution, using=self._using, output=output, database=using
+        )
+
+    def _write(self, write: Callable[[], T]) -> T:
+        """Run a write to the job outside the handler's transaction when one is open on the
+        queue's connection: inside it the job's row would stay locked until the commit, and
+        the heartbeats that keep the lease alive could not renew it."""
+        if not self._execution.in_transaction:
+            return write()
+        with self._side_connection():
+            return write()
+
+    @contextmanager
+    def _side_connection(self) -> Iterator[None]:
+        if self._side is None:
+            self._side = connections.create_connection(self._using)
+        main = connections[self._using]
+        connections[self._using] = self._side
+        try:
+            yield
+        finally:
+            connections[self._using] = main
+
+    def close(self) -> None:
+        """Close the connection the job's writes used during a transaction (if any)."""
+        if self._side is not None:
+            self._side.close()
+            self._side = None
 
 
 def _schedule_meta(payload: Any) -> dict[str, Any] | None:

@@ -15,18 +15,26 @@ from django.db import connections
 from ..domain import ClaimedJob, FailureKind, JobFailure, JobLease, JobStatus
 from ..errors import CATALOG, Code, RunledgerError
 from ..services._lease import lease_mismatch
-from ..services.lifecycle import complete_job_failure, complete_job_success, encode_output
+from ..services.lifecycle import (
+    complete_job_failure,
+    complete_job_success,
+    continue_job,
+    encode_output,
+)
 from ..services.outage import is_outage
+from .atomic import complete_atomically
 from .completer import Completer
 from .context import JobContext
-from .outcomes import failure_for, failure_from_exception
+from .outcomes import ContinueJob, failure_for, failure_from_exception
 from .registry import Registry
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-RunOutcome = Literal["succeeded", "retried", "dead_lettered", "lease_lost", "persist_failed"]
+RunOutcome = Literal[
+    "succeeded", "retried", "dead_lettered", "lease_lost", "persist_failed", "continued"
+]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,6 +78,16 @@ class Execution:
         self.timed_out = False
         """The worker loop recorded this attempt's timeout while the handler still ran."""
         self.run: JobRun | None = None
+        # --- exactly-once completion (worker/atomic.py) ---
+        self.completing = False
+        """The handler's own transaction is writing the job's end: the row is locked until its
+        commit, and then the lease is over, so heartbeats and hand-backs leave it alone."""
+        self.in_transaction = False
+        """The handler runs inside its atomic completion's transaction."""
+        self.completion: Literal["succeeded", "continued"] | None = None
+        """The handler's transaction committed the job's end (an atomic completion)."""
+        self.next_run_at: dt.datetime | None = None
+        """When the next run of a job continued in the handler's transaction is due."""
 
     @property
     def lease(self) -> JobLease:
@@ -78,9 +96,26 @@ class Execution:
     @property
     def active(self) -> bool:
         """Still the worker's to keep alive: running, lease held, not timed out."""
-        return not (self.done.is_set() or self.lost.is_set() or self.timed_out)
+        return not (
+            self.done.is_set()
+            or self.lost.is_set()
+            or self.timed_out
+            or self.completing
+            or self.completion is not None
+        )
+
+    def check_live(self) -> None:
+        """Refuse to write once the lease is known lost or the deadline has passed."""
+        if self.lost.is_set():
+            raise lease_mismatch(self.lease)
+        if time.monotonic() >= self.deadline:
+            raise RunledgerError.for_code(
+                Code.TIMEOUT_EXCEEDED, f"job {self.lease.job_id} passed its deadline"
+            )
 
     def mark_lost(self, reason: str) -> None:
+        if self.completing or self.completion is not None:
+            return  # the job's end is being (or was) committed: its lease ended with it
         if not self.lost.is_set() and not self.done.is_set():
             self.lost.set()
             logger.warning(
@@ -127,6 +162,7 @@ def execute(
     handler = registry.get(claimed.job_type)
     failure: JobFailure | None = None
     output: Any = None
+    continuation: ContinueJob | None = None
     if claimed.decode_error is not None:
         failure = failure_for(
             FailureKind.TERMINAL,
@@ -147,11 +183,29 @@ def execute(
         context = JobContext(execution, using=using)
         depths = _transaction_depths()
         try:
-            output = handler.func(context)
+            if handler.atomic:
+                with complete_atomically(execution, using=using) as completion:
+                    completion.output = handler.func(context)
+            else:
+                output = handler.func(context)
+        except ContinueJob as request:
+            continuation = request
         except BaseException as exc:  # a handler's failure is data, whatever it raised
             if _is_lease_loss(exc):
                 execution.mark_lost("a fenced write was refused")
+            if (
+                isinstance(exc, RunledgerError)
+                and exc.code == Code.DB_TRANSACTION_COMMIT_UNCONFIRMED
+            ):
+                # Nobody knows yet whether the handler's transaction committed: write nothing;
+                # the fence and the reaper settle the job either way.
+                discard_open_transactions(depths)
+                return execution.make_run("persist_failed", exc.code, error=exc)
             failure = failure_from_exception(exc, attempt=attempt, job_id=job_id)
+        finally:
+            context.close()
+        if execution.completion is not None:
+            return _completed_atomically(execution, depths, failure)
         if discard_open_transactions(depths) and failure is None:
             # Its work rolled back with the transaction: reporting success would be a lie.
             failure = failure_for(
@@ -171,7 +225,62 @@ def execute(
             )
     if execution.lost.is_set():
         return execution.make_run("lease_lost", Code.LEASE_OWNER_MISMATCH.value)
+    if continuation is not None and failure is None:
+        return _continue(execution, continuation, using=using)
     return _record(execution, failure, output, using=using, completer=completer)
+
+
+def _completed_atomically(
+    execution: Execution, depths: dict[str, int], failure: JobFailure | None
+) -> JobRun:
+    """The handler's transaction committed the job's end: nothing is left to write, whatever
+    the handler did after its atomic block."""
+    discard_open_transactions(depths)
+    if failure is not None and failure.code != Code.ALREADY_COMPLETED:
+        logger.warning(
+            "job handler failed after its atomic completion committed; the job stays "
+            "completed job_id=%s error_code=%s",
+            execution.lease.job_id,
+            failure.code,
+        )
+    if execution.completion == "continued":
+        return execution.make_run("continued", None, next_run_at=execution.next_run_at)
+    return execution.make_run("succeeded", None)
+
+
+def _continue(execution: Execution, request: ContinueJob, *, using: str) -> JobRun:
+    """Record a continuation outside any transaction of the handler's; an unusable delay or
+    checkpoint fails the attempt terminally, as an unusable output does."""
+    lease = execution.lease
+    try:
+        delay = request.delay_microseconds()
+        checkpoint = {} if request.keeps_checkpoint else {"checkpoint": request.checkpoint}
+        outcome = _persist(
+            lambda: continue_job(lease, delay_microseconds=delay, using=using, **checkpoint),
+            using=using,
+        )
+    except RunledgerError as error:
+        if error.code in (Code.INVALID_CONTINUATION_DELAY, Code.INVALID_CHECKPOINT):
+            failure = failure_for(
+                FailureKind.TERMINAL,
+                error.code,
+                error.client_message,
+                attempt=lease.attempt,
+                job_id=lease.job_id,
+            )
+            return _record(execution, failure, None, using=using)
+        if error.code == Code.LEASE_OWNER_MISMATCH:
+            execution.mark_lost("the continuation was refused by the lease fence")
+            return execution.make_run("lease_lost", error.code)
+        logger.error(
+            "could not record a job continuation job_id=%s error_code=%s error_sqlstate=%s",
+            lease.job_id,
+            error.code,
+            error.sqlstate or "none",
+            extra={"runledger": {"job_id": str(lease.job_id), **error.log_fields()}},
+        )
+        return execution.make_run("persist_failed", error.code, error=error)
+    return execution.make_run("continued", None, next_run_at=outcome.next_run_at)
 
 
 def _transaction_depths() -> dict[str, int]:

@@ -6,6 +6,7 @@ import datetime as dt
 import math
 import traceback
 import uuid
+from typing import Any
 
 from ..domain import FailureKind, JobFailure
 from ..errors import CATALOG, Code, RunledgerError
@@ -51,6 +52,61 @@ class RetryJob(Exception):  # noqa: N818  (a request, not an error: the SPEC's n
             self.at = at
 
 
+CONTINUATION_DELAY_MAX = dt.timedelta(days=36_525)
+"""The longest continuation delay: a hundred years, which the database clock adds exactly."""
+
+_KEEP: Any = object()
+
+
+class ContinueJob(Exception):  # noqa: N818  (a request, not an error: the SPEC's name)
+    """Raise from a handler to end this slice of a long job and run it again as its next run.
+
+    The same job comes back PENDING with ``run_number`` + 1, attempt 0 and a fresh attempt
+    budget, due ``after`` (a timedelta or seconds; default now), with ``checkpoint`` stored
+    (omit it to keep the stored one). Its execution resource is released between slices. In
+    an ``atomic=True`` handler the slice's writes and the checkpoint commit together.
+    Continuations are not bounded by ``max_attempts``: the handler decides when it is done.
+    """
+
+    def __init__(
+        self, *, after: dt.timedelta | float | None = None, checkpoint: Any = _KEEP
+    ) -> None:
+        super().__init__("continue the job")
+        self.after = after
+        self.checkpoint = checkpoint
+
+    @property
+    def keeps_checkpoint(self) -> bool:
+        return self.checkpoint is _KEEP
+
+    def delay_microseconds(self) -> int:
+        """The delay, rounded up to whole microseconds (never earlier than asked).
+
+        Raises:
+            RunledgerError: ``job.invalid_continuation_delay`` (negative, not a number, or
+                more than a hundred years).
+        """
+        after = self.after
+        if after is None:
+            return 0
+        if isinstance(after, dt.timedelta):
+            if not dt.timedelta(0) <= after <= CONTINUATION_DELAY_MAX:
+                raise _invalid_delay(after)
+            return (after.days * 86_400 + after.seconds) * 1_000_000 + after.microseconds
+        if isinstance(after, bool) or not isinstance(after, int | float):
+            raise _invalid_delay(after)
+        if not math.isfinite(after) or not 0 <= after <= CONTINUATION_DELAY_MAX.total_seconds():
+            raise _invalid_delay(after)
+        return math.ceil(after * 1_000_000)
+
+
+def _invalid_delay(value: object) -> RunledgerError:
+    return RunledgerError.for_code(
+        Code.INVALID_CONTINUATION_DELAY,
+        f"continuation delay {value!r} is not 0 to 100 years (a timedelta or seconds)",
+    )
+
+
 class TerminalJobError(Exception):
     """Raise from a handler to dead-letter the job at once: retrying cannot help.
 
@@ -60,6 +116,19 @@ class TerminalJobError(Exception):
     def __init__(self, message: str = "", *, code: str | None = None) -> None:
         super().__init__(message)
         self.code = code or Code.TERMINAL_FAILURE.value
+
+
+TERMINAL_CODES = frozenset(
+    {
+        Code.ATOMIC_COMPLETION_UNSUPPORTED_ISOLATION,
+        Code.ATOMIC_COMPLETION_WRONG_DATABASE,
+        Code.ATOMIC_COMPLETION_REQUIRES_OWN_TRANSACTION,
+        Code.INVALID_CONTINUATION_DELAY,
+        Code.INVALID_OUTPUT,
+    }
+)
+"""Codes of a handler's end that retrying cannot change (the handler's or the project's setup,
+or a value it returns): the attempt dead-letters with that code."""
 
 
 def compute_retry_delay_ms(attempt: int, job_id: uuid.UUID) -> int:
@@ -129,6 +198,8 @@ def failure_from_exception(exc: BaseException, *, attempt: int, job_id: uuid.UUI
         return failure(FailureKind.TERMINAL, exc.code, _message(exc, Code.TERMINAL_FAILURE))
     if isinstance(exc, RunledgerError) and exc.code == Code.TIMEOUT_EXCEEDED:
         return failure(FailureKind.TIMEOUT, exc.code, exc.client_message)
+    if isinstance(exc, RunledgerError) and exc.code in TERMINAL_CODES:
+        return failure(FailureKind.TERMINAL, exc.code, exc.client_message)
     if not isinstance(exc, Exception):
         return failure(
             FailureKind.PANICKED, Code.HANDLER_PANIC.value, _message(exc, Code.HANDLER_PANIC)

@@ -30,6 +30,8 @@ class Handler:
     max_attempts: int | None = None
     timeout_seconds: int | None = None
     priority: int | None = None
+    atomic: bool = False
+    """The handler runs in the transaction that completes its job (worker/atomic.py)."""
 
     def defaults(self) -> JobDefaults:
         return JobDefaults(
@@ -143,6 +145,7 @@ def job_handler(
     max_attempts: int | None = None,
     timeout_seconds: int | None = None,
     priority: int | None = None,
+    atomic: bool = False,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``job_type``.
 
@@ -154,6 +157,10 @@ def job_handler(
         job_type: the job type it runs; one handler per type and process.
         max_attempts, timeout_seconds, priority: the defaults of the job definition a worker
             creates for this type when there is none; an existing definition is never changed.
+        atomic: run the handler inside a READ COMMITTED transaction on the queue's
+            connection and write the job's success (or ``ContinueJob``'s continuation) in
+            that same transaction, fenced by the lease: the handler's database writes and
+            the job's end commit together, exactly once (docs/running-jobs.md).
 
     Raises:
         ImproperlyConfigured: a second handler for the same type, or an invalid option.
@@ -167,11 +174,13 @@ def job_handler(
         "timeout_seconds": _int_option(timeout_seconds, "timeout_seconds", positive=True),
         "priority": _int_option(priority, "priority", positive=False),
     }
+    if not isinstance(atomic, bool):
+        raise ImproperlyConfigured("job_handler atomic must be True or False.")
 
     def register(func: F) -> F:
         if not callable(func):
             raise ImproperlyConfigured(f"job_handler({job_type!r}) must decorate a function.")
-        registry.register(Handler(job_type=checked_type, func=func, **options))
+        registry.register(Handler(job_type=checked_type, func=func, atomic=atomic, **options))
         return func
 
     return register

@@ -84,7 +84,14 @@ def run_jobs(
         lambda: list(current), lease_seconds=lease_seconds, using=using, stop=stop
     )
     heartbeater.start()
-    counts = {"claimed": 0, "succeeded": 0, "retried": 0, "dead_lettered": 0, "lease_lost": 0}
+    counts = {
+        "claimed": 0,
+        "succeeded": 0,
+        "retried": 0,
+        "dead_lettered": 0,
+        "lease_lost": 0,
+        "continued": 0,
+    }
     try:
         while limit is None or counts["claimed"] < limit:
             claimed = claim_jobs(

@@ -69,6 +69,9 @@ IDLE_CHECK_SECONDS = 5.0
 """An executor idle this long checks its connections before the next handler runs."""
 MIN_REFRESH_SECONDS = 5.0
 """At most this often a worker re-reads job types its sources find at run time."""
+COMPLETION_WAIT_SECONDS = 15.0
+"""At shutdown, how long the worker waits for atomic completions already writing their commit
+(the lifecycle lock cap, the commit itself, and a settled outcome after a lost answer)."""
 SHUTDOWN_REASON = "WORKER_SHUTDOWN"
 STUCK_REASON = "WORKER_STUCK"
 
@@ -125,6 +128,7 @@ class _Counts:
         self.retried = 0
         self.dead_lettered = 0
         self.lease_lost = 0
+        self.continued = 0
 
     def add(self, run: JobRun) -> None:
         with self.lock:
@@ -136,6 +140,8 @@ class _Counts:
                 self.dead_lettered += 1
             elif run.outcome == "lease_lost":
                 self.lease_lost += 1
+            elif run.outcome == "continued":
+                self.continued += 1
 
     def report(self) -> WorkReport:
         with self.lock:
@@ -145,6 +151,7 @@ class _Counts:
                 retried=self.retried,
                 dead_lettered=self.dead_lettered,
                 lease_lost=self.lease_lost,
+                continued=self.continued,
             )
 
 
@@ -710,8 +717,19 @@ class Worker:
                 for execution in leftovers:
                     execution.mark_lost("handed back at shutdown")
                 logger.warning("handed back %d unfinished jobs at shutdown", handed)
+        self._wait_for_completions()
         for _ in range(config.concurrency):
             self.tasks.put(None)
+
+    def _wait_for_completions(self) -> None:
+        """An atomic completion in flight (its handler's transaction past the completion
+        statement) commits in a moment: the process must not exit under it, or the commit is
+        lost and the job waits for the reaper. It is never handed back (its row is locked by
+        that transaction, and its lease ends with the commit)."""
+        deadline = time.monotonic() + COMPLETION_WAIT_SECONDS
+        for execution in self.executions():
+            if execution.completing:
+                execution.done.wait(max(0.0, deadline - time.monotonic()))
 
     def _running(self) -> list[Execution]:
         """Attempts whose outcome is still this worker's to record."""

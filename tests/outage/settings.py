@@ -11,7 +11,12 @@ SECRET_KEY = "runledger-outage-tests-not-secret"  # noqa: S105
 DEBUG = False
 USE_TZ = base.USE_TZ
 TIME_ZONE = base.TIME_ZONE
-INSTALLED_APPS = [*base.DJANGO_APPS, "runledger_django", "tests.outage.app.apps.OutageAppConfig"]
+INSTALLED_APPS = [
+    *base.DJANGO_APPS,
+    "runledger_django",
+    "tests.outage.app.apps.OutageAppConfig",
+    "tests.exactly_app",
+]
 MIDDLEWARE = [*base.MIDDLEWARE]
 TEMPLATES = base.TEMPLATES
 DEFAULT_AUTO_FIELD = base.DEFAULT_AUTO_FIELD

@@ -182,15 +182,20 @@ class PgBouncer:
                 [*command, str(config)], stdout=log, stderr=subprocess.STDOUT
             )
         deadline = time.monotonic() + START_SECONDS
+        # A console answering on the port is ours only once our own log says we listen: a
+        # concurrent run's pgbouncer may hold the port this one failed to bind.
+        listening = f"listening on 127.0.0.1:{self.port}"
         while True:
-            try:
-                self.admin("SHOW VERSION")
-                return True
-            except psycopg.OperationalError:
-                if self.process.poll() is not None or time.monotonic() > deadline:
-                    self._terminate()
-                    return False
-                time.sleep(0.02)
+            if listening in self.log():
+                try:
+                    self.admin("SHOW VERSION")
+                    return True
+                except psycopg.OperationalError:
+                    pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self._terminate()
+                return False
+            time.sleep(0.02)
 
     def _terminate(self) -> None:
         if self.process is not None and self.process.poll() is None:

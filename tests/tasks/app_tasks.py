@@ -38,6 +38,21 @@ with override_settings(TASKS=TASKS):
     def add(a: int, b: int) -> int:
         return a + b
 
+    @task(backend="atomic", takes_context=True)
+    def close_invoice(context: TaskContext[..., Any], *, fail: bool = False) -> dict[str, Any]:
+        """An ATOMIC_TASKS task: its effect row commits with its success, or not at all."""
+        from tests.exactly_app.models import Effect
+
+        Effect.objects.create(
+            job_id=context.task_result.id,
+            run_number=1,
+            attempt=context.attempt,
+            worker_id="task",
+        )
+        if fail:
+            raise ValueError("the invoice cannot be closed yet")
+        return {"closed": context.task_result.id}
+
     @task(queue_name="emails", priority=10)
     def send_receipt(order_id: int, *, email: str = "ada@example.com") -> dict[str, Any]:
         return {"order_id": order_id, "sent_to": email}

@@ -10,5 +10,9 @@ TASKS: dict[str, Any] = {
         "BACKEND": "runledger_django.tasks.RunledgerTaskBackend",
         "QUEUES": ["default", "emails"],
         "OPTIONS": {"MAX_ATTEMPTS": 3, "TIMEOUT_SECONDS": 60},
-    }
+    },
+    "atomic": {
+        "BACKEND": "runledger_django.tasks.RunledgerTaskBackend",
+        "OPTIONS": {"MAX_ATTEMPTS": 3, "TIMEOUT_SECONDS": 60, "ATOMIC_TASKS": True},
+    },
 }

@@ -326,20 +326,22 @@ def test_complete_job_success__output__succeeded_row_attempt_and_event(enqueue: 
 
     finished_at = complete_job_success(claimed.lease, output={"sent": 3, "to": ["a"]})
 
-    assert finished_at == now
+    # The statement's time: inside the caller's (here the test's) transaction, when the success
+    # was written, not when the transaction began (an atomic handler's transaction is long).
+    assert now <= finished_at <= db_clock()
     assert job_row(job_id) == pending_row(
         now,
         status="SUCCEEDED",
         attempt=1,
         started_at=now,
-        finished_at=now,
+        finished_at=finished_at,
         stage="completed",
         progress_done=10,
         progress_total=10,
         checkpoint=[1],
         output={"sent": 3, "to": ["a"]},
     )
-    assert attempt_rows(job_id) == [open_attempt(now, finished_at=now, outcome="SUCCEEDED")]
+    assert attempt_rows(job_id) == [open_attempt(now, finished_at=finished_at, outcome="SUCCEEDED")]
     assert event_rows(job_id, since=3) == [
         event("SUCCEEDED", stage="completed", progress_done=10, progress_total=10)
     ]

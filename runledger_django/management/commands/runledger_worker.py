@@ -118,7 +118,13 @@ class Command(BaseCommand):
         )
         progress = cli.Progress(self.stdout, verbosity=0 if as_json else verbosity)
         out_lock = threading.Lock()
-        totals = {"succeeded": 0, "retried": 0, "dead_lettered": 0, "lease_lost": 0}
+        totals = {
+            "succeeded": 0,
+            "retried": 0,
+            "dead_lettered": 0,
+            "lease_lost": 0,
+            "continued": 0,
+        }
 
         def on_run(run: JobRun) -> None:
             with out_lock:
@@ -165,6 +171,7 @@ def _live(totals: dict[str, int]) -> str:
     return (
         f"succeeded {totals['succeeded']}, retried {totals['retried']}, dead-lettered "
         f"{totals['dead_lettered']}, lease lost {totals['lease_lost']}"
+        + (f", continued {totals['continued']}" if totals["continued"] else "")
     )
 
 
@@ -172,4 +179,5 @@ def _summary(report: WorkReport) -> str:
     return (
         f"Claimed {report.claimed} jobs: {report.succeeded} succeeded, {report.retried} "
         f"retried, {report.dead_lettered} dead-lettered, {report.lease_lost} lease lost"
+        + (f", {report.continued} continued" if report.continued else "")
     )

@@ -31,8 +31,8 @@ from django.test import Client
 from django.urls import reverse
 
 from example_project.shop.models import Order
-from example_project.shop.views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
-from runledger_django import ReadScope, get_intent
+from example_project.shop.views import PAYMENT_JOB_TYPE, RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
+from runledger_django import ReadScope, enqueue_job, get_intent, replay_job
 from runledger_django.models import Job, JobDefinition, JobEnqueueIntent, ScheduleFire
 from runledger_django.worker.registry import autodiscover, registry
 
@@ -80,7 +80,7 @@ class Command(BaseCommand):
         )
         self.say(f"Database: {self.describe_database()}")
         self.migrate()
-        self.define_job_types()
+        self.define_job_types(PAYMENT_JOB_TYPE)
         client = Client()
         intent_id = self.checkout(client)
         self.retry_checkout(client, intent_id)
@@ -90,6 +90,7 @@ class Command(BaseCommand):
         self.metrics()
         self.retention()
         self.django_task()  # Django's Tasks API through runledger's backend (docs/tasks.md)
+        self.exactly_once()  # atomic=True and replay (docs/running-jobs.md)
         self.periodic_schedule()  # schedule(...) in shop/jobs.py (docs/schedules.md)
         self.prepare_admin(reset_password=options["reset_admin_password"])
 
@@ -143,10 +144,10 @@ class Command(BaseCommand):
             apps = sorted({migration.app_label for migration, _ in plan})
             self.detail(f"applied {len(plan)} migrations of {', '.join(apps)}")
 
-    def define_job_types(self) -> None:
+    def define_job_types(self, *extra: str) -> None:
         self.heading("Define the job types, from the handlers in shop/jobs.py")
         autodiscover()
-        for job_type in SHOP_JOB_TYPES:
+        for job_type in (*SHOP_JOB_TYPES, *extra):
             handler = registry.get(job_type)
             if handler is None:
                 raise RuntimeError(f"no handler registered for {job_type}")
@@ -335,6 +336,38 @@ class Command(BaseCommand):
             f"task result {result.id}: {result.status} after {result.attempts} attempt(s), "
             f"return value {value}"
         )
+
+    # -- exactly-once effects and replay ------------------------------------------------------
+
+    def exactly_once(self) -> None:
+        """Run shop/jobs.py's atomic handler for the demo order, then replay its job."""
+        self.heading("Exactly once: an atomic=True handler, then a replay of its job")
+        self.detail(
+            "shop.mark_paid runs inside the transaction that records its success: the order's "
+            "paid_at and the job's SUCCEEDED commit together or not at all, so a worker killed "
+            "at any moment can never leave the order paid twice or not at all."
+        )
+        order = Order.objects.get(reference=GOOD_CHECKOUT["reference"])
+        job = enqueue_job(
+            PAYMENT_JOB_TYPE, {"order_id": order.pk}, idempotency_key=f"paid:{order.reference}"
+        )
+        self.run_command("runledger_worker", "--burst", "--job-type", PAYMENT_JOB_TYPE)
+        order.refresh_from_db()
+        paid = Job.objects.get(pk=job.job_id)
+        self.detail(f"job {paid.id}: {paid.status}; order paid at {order.paid_at:%H:%M:%S}")
+        replay = replay_job(
+            paid.id,
+            scope=ReadScope.ADMIN,
+            reason="demo: the payment provider asked for a re-confirmation",
+            request_key=f"demo-replay:{order.reference}",
+        )
+        self.detail(
+            f"replay_job made job {replay.job_id} ({replay.disposition}; a rerun of the demo "
+            "finds the same one), a new run-1 job with the same payload"
+        )
+        self.run_command("runledger_worker", "--burst", "--job-type", PAYMENT_JOB_TYPE)
+        replayed = Job.objects.get(pk=replay.job_id)
+        self.detail(f"replay job {replayed.id}: {replayed.status}, output {replayed.output}")
 
     # -- a periodic schedule, declared in shop/jobs.py -------------------------------------------
 

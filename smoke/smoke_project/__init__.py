@@ -1,0 +1,1 @@
+"""A deployment-shaped Django project around the installed runledger-django wheel."""

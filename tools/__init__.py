@@ -1,0 +1,1 @@
+"""Maintainer tools: the release build and its checks (release.py)."""
