@@ -151,6 +151,34 @@ def _wall_to_utc(naive: dt.datetime, tz: dt.tzinfo) -> dt.datetime:
     return local.astimezone(UTC)
 
 
+def _cron_candidates(cron: CronExpr, tz: dt.tzinfo, after: dt.datetime) -> Iterator[dt.datetime]:
+    """Instants from cronsim, in order but possibly repeating or not after ``after`` (a
+    repeated wall hour, a gap's end): ``Timing.instants_after`` filters them."""
+    local = after.astimezone(tz)
+    try:
+        if cron.seconds_field and cron.fixed_time and tz is not UTC:
+            # cronsim gives 6-field expressions no DST handling: walk wall time and apply
+            # the rule here.
+            for naive in CronSim(cron.expression, local.replace(tzinfo=None)):
+                yield _wall_to_utc(naive, tz)
+        else:
+            for instant in CronSim(cron.expression, local):
+                yield instant.astimezone(UTC)
+    except (OverflowError, ValueError):
+        return  # past datetime's range: no more fires
+
+
+@lru_cache(maxsize=4096)
+def _first_cron_instant(cron: CronExpr, tz: dt.tzinfo, after: dt.datetime) -> dt.datetime | None:
+    """The first instant strictly after ``after`` (UTC). Cached: schedules that share an
+    expression, a zone and a cursor (a digest per tenant at 09:00) share one cronsim walk,
+    which is most of a pass's Python time for a sparse expression."""
+    for instant in _cron_candidates(cron, tz, after):
+        if instant > after:
+            return instant
+    return None
+
+
 class Timing:
     """The fire times of one schedule: its cron or interval, zone, jitter and id."""
 
@@ -183,7 +211,7 @@ class Timing:
         if self.cron is None:
             return
         last = after.astimezone(UTC)
-        for instant in self._cron_candidates(self.cron, last):
+        for instant in _cron_candidates(self.cron, self.tz, last):
             if instant > last:
                 last = instant
                 yield instant
@@ -199,24 +227,9 @@ class Timing:
                 return
             index += 1
 
-    def _cron_candidates(self, cron: CronExpr, after: dt.datetime) -> Iterator[dt.datetime]:
-        """Instants from cronsim, in order but possibly repeating or not after ``after`` (a
-        repeated wall hour, a gap's end): ``instants_after`` filters them."""
-        tz = self.tz
-        local = after.astimezone(tz)
-        try:
-            if cron.seconds_field and cron.fixed_time and tz is not UTC:
-                # cronsim gives 6-field expressions no DST handling: walk wall time and apply
-                # the rule here.
-                for naive in CronSim(cron.expression, local.replace(tzinfo=None)):
-                    yield _wall_to_utc(naive, tz)
-            else:
-                for instant in CronSim(cron.expression, local):
-                    yield instant.astimezone(UTC)
-        except (OverflowError, ValueError):
-            return  # past datetime's range: no more fires
-
     def instant_after(self, after: dt.datetime) -> dt.datetime | None:
+        if self.cron is not None:
+            return _first_cron_instant(self.cron, self.tz, after.astimezone(UTC))
         return next(self.instants_after(after), None)
 
     # -- jitter ----------------------------------------------------------------------------
