@@ -123,6 +123,7 @@ def _worker_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
         ("WORKER_GRACE_SECONDS", "runledger.E022", True),
         ("WORKER_POLL_INTERVAL", "runledger.E023", False),
         ("OUTAGE_LIMIT_SECONDS", "runledger.E024", False),
+        ("WORKER_IDLE_POLL_SECONDS", "runledger.E027", False),
     ):
         if key in raw and not _is_seconds(raw[key], zero_ok=zero_ok):
             errors.append(_seconds_error(key, check_id, zero_ok=zero_ok))

@@ -15,6 +15,7 @@ DEFAULTS: dict[str, Any] = {
     "REAPER_INTERVAL_SECONDS": 15,
     "WORKER_GRACE_SECONDS": 30,
     "WORKER_POLL_INTERVAL": 1.0,
+    "WORKER_IDLE_POLL_SECONDS": 10.0,
     "WAKEUP_NOTIFY": True,
     "WORKER_LISTEN": True,
     "OUTAGE_LIMIT_SECONDS": 300,
@@ -84,6 +85,13 @@ class Settings:
         """Seconds an idle worker (and its promoter) waits between looks for due work when no
         notification wakes it first. Default: 1.0."""
         return float(self._get("WORKER_POLL_INTERVAL"))
+
+    @property
+    def WORKER_IDLE_POLL_SECONDS(self) -> float:  # noqa: N802
+        """While notifications reach a worker, how often it looks for work none announced once
+        its last claim found nothing (it asks when the next job comes due, and claims then).
+        Never below WORKER_POLL_INTERVAL; unused when WAKEUP_NOTIFY is off. Default: 10.0."""
+        return float(self._get("WORKER_IDLE_POLL_SECONDS"))
 
     @property
     def WAKEUP_NOTIFY(self) -> bool:  # noqa: N802

@@ -129,6 +129,8 @@ def test_check__bad_prune_batch_size__e006(settings: SettingsWrapper, value: Any
         ("WORKER_POLL_INTERVAL", float("nan"), "runledger.E023"),
         ("OUTAGE_LIMIT_SECONDS", 0, "runledger.E024"),
         ("OUTAGE_LIMIT_SECONDS", 1e300, "runledger.E024"),
+        ("WORKER_IDLE_POLL_SECONDS", 0, "runledger.E027"),
+        ("WORKER_IDLE_POLL_SECONDS", "10", "runledger.E027"),
         ("WAKEUP_NOTIFY", 1, "runledger.E025"),
         ("WORKER_LISTEN", "yes", "runledger.E026"),
     ],

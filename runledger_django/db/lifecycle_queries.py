@@ -117,6 +117,19 @@ CLAIM_ONE_JOB: Final[LiteralString] = _CLAIM_JOBS.replace(
     "/* runledger:claim_jobs */", "/* runledger:claim_one_job */"
 ).replace("{only}", "\n      AND job.id = %(job_id)s")
 
+# How long until the earliest PENDING job of the types comes due (negative: due now; NULL: none
+# within the horizon). A quiet worker's look for work nobody announced: one plain read, no lock,
+# no timeout prelude. idx_job_queue_pending_metrics holds every PENDING row's type and time, so
+# it is read index-only; the horizon bounds what it reads on a queue of far-future jobs.
+PEEK_DUE_JOBS: Final[LiteralString] = """
+/* runledger:peek_due_jobs */
+SELECT extract(epoch FROM min(job.next_run_at) - now())::float8
+FROM runledger_job_queue job
+WHERE job.status = 'PENDING'
+  AND job.job_type = ANY(%(job_types)s::text[])
+  AND job.next_run_at <= now() + %(horizon_seconds)s * interval '1 second'
+"""
+
 # The due jobs a failed batch claim covered, in claim order, without locks: each is then
 # claimed alone (CLAIM_ONE_JOB), so one row that cannot be leased costs the others nothing.
 CLAIM_CANDIDATE_IDS: Final[LiteralString] = """

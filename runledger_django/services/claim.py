@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from ..db import lifecycle_queries
 from ..db.classify import classify, is_session_fatal
@@ -41,6 +42,8 @@ FALLBACK_SPARE_CANDIDATES = 16
 not leave the batch short: a worker asking for one job still gets the healthy one behind."""
 NUMERIC_OUT_OF_RANGE = "22003"
 """The attempt increment overflowing, on a table that lacks the counter bound."""
+
+PEEK_HORIZON_MAX_SECONDS = 86_400
 
 RESOURCE_HEAD_WINDOW_MIN = 1024
 RESOURCE_HEAD_WINDOW_MAX = 16384
@@ -135,6 +138,46 @@ def claim_jobs(
             raise
         rows = _claim_row_by_row(params, using)
     return [_decode_claimed(row, params["worker_id"]) for row in rows]
+
+
+def seconds_until_due(
+    job_types: Sequence[str], *, horizon_seconds: float, using: str = DEFAULT_USING
+) -> float | None:
+    """Seconds until the earliest PENDING job of ``job_types`` comes due, looking at most
+    ``horizon_seconds`` ahead: 0 or less when one is due now (it may still be held back by its
+    resource key), None when none comes due within the horizon.
+
+    A quiet worker's look for work that no notification announced (another worker's retry
+    coming due): one autocommit read that locks nothing, so it is cheaper than a claim that
+    finds nothing.
+
+    Raises:
+        RunledgerError: ``job.invalid_job_type`` or ``job.invalid_argument`` before any SQL;
+            a classified database error.
+    """
+    types = validate_job_types(job_types)
+    if (
+        isinstance(horizon_seconds, bool)
+        or not isinstance(horizon_seconds, int | float)
+        or not math.isfinite(horizon_seconds)
+        or not 0 <= horizon_seconds <= PEEK_HORIZON_MAX_SECONDS
+    ):
+        raise RunledgerError.for_code(
+            Code.INVALID_ARGUMENT,
+            f"horizon_seconds must be a number of seconds from 0 to {PEEK_HORIZON_MAX_SECONDS}",
+        )
+    if not types:
+        return None
+    try:
+        with connections[using].cursor() as cursor:
+            cursor.execute(
+                lifecycle_queries.PEEK_DUE_JOBS,
+                {"job_types": types, "horizon_seconds": float(horizon_seconds)},
+            )
+            row = cursor.fetchone()
+    except DatabaseError as exc:
+        raise classify(exc, "look for due jobs") from exc
+    return None if row is None or row[0] is None else float(row[0])
 
 
 def complete_and_claim(

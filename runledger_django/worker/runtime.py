@@ -29,7 +29,12 @@ from django.db import connections
 
 from ..domain import ClaimedJob, JobLease, ReapReport, WorkReport
 from ..errors import RunledgerError
-from ..services.claim import claim_jobs, ensure_job_definitions
+from ..services.claim import (
+    PEEK_HORIZON_MAX_SECONDS,
+    claim_jobs,
+    ensure_job_definitions,
+    seconds_until_due,
+)
 from ..services.lifecycle import hand_back_leases
 from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError, is_outage
 from ..services.promotion import promote_intents
@@ -101,6 +106,11 @@ class WorkerConfig:
     lease_seconds: int = 60
     grace_seconds: float = 30.0
     poll_interval: float = 1.0
+    idle_poll_interval: float | None = None
+    """While wake-ups arrive (the listener is subscribed), how often a worker whose last claim
+    found nothing, and its promoter, look for work no notification announced (another worker's
+    retry coming due). The worker then asks when the next job comes due and claims only then.
+    None: claim every ``poll_interval`` (always so where notifications cannot arrive)."""
     reaper_interval: float = 15.0
     outage_limit: float = 300.0
     listen: bool = True
@@ -233,6 +243,7 @@ class Worker:
         self.stuck = False
         self.outage_error: OutageLimitExceededError | None = None
         self.scheduler: Scheduler | None = None
+        self.listener: Listener | None = None
 
     # --- shared state ----------------------------------------------------------------------
 
@@ -407,7 +418,7 @@ class Worker:
                 if report.batch_was_full:
                     continue
                 self.promoter_wake.wait(
-                    HOT_TICK_SECONDS if now < hot_until else config.poll_interval
+                    HOT_TICK_SECONDS if now < hot_until else self._idle_poll_seconds()
                 )
         finally:
             connections.close_all()
@@ -437,17 +448,16 @@ class Worker:
             )
         )
         if config.listen and not config.burst:
-            self._start(
-                Listener(
-                    using=config.using,
-                    promote=config.promote,
-                    schedules=config.schedules,
-                    on_notify=self.on_notify,
-                    on_disconnect=self.note_outage,
-                    stop=self.background_stop,
-                    poll_interval=config.poll_interval,
-                )
+            self.listener = Listener(
+                using=config.using,
+                promote=config.promote,
+                schedules=config.schedules,
+                on_notify=self.on_notify,
+                on_disconnect=self.note_outage,
+                stop=self.background_stop,
+                poll_interval=config.poll_interval,
             )
+            self._start(self.listener)
         if config.promote and not config.burst:
             self._start(threading.Thread(target=self._promoter, name="runledger-promoter"))
         if config.schedules and not config.burst:
@@ -537,6 +547,8 @@ class Worker:
         next_poll = 0.0
         hot_until = 0.0
         claim_more = True
+        peek_next = False
+        """The next poll asks when work comes due instead of claiming (a quiet worker)."""
         batch_until: float | None = None
         while not self.stop.is_set():
             now = time.monotonic()
@@ -555,6 +567,17 @@ class Worker:
                 self.notified.clear()
                 claim_more = True
                 hot_until = now + HOT_SECONDS
+            if (
+                peek_next
+                and not claim_more
+                and now >= max(next_poll, hot_until)
+                and self.busy() < config.concurrency
+            ):
+                peeked = self._with_database(self._peek_due)
+                if peeked is None:
+                    continue
+                peek_next, next_poll = self._after_peek(peeked[0])
+                continue
             free = config.concurrency - self.busy()
             idle = self.busy() == 0
             wanted = claim_more or now >= next_poll or now < hot_until or (config.burst and idle)
@@ -569,6 +592,7 @@ class Worker:
                 self._dispatch(claimed)
                 claim_more = self.deep = len(claimed) == free
                 next_poll = time.monotonic() + config.poll_interval
+                peek_next = not claimed and self._idle_poll_seconds() > config.poll_interval
                 if claimed:
                     hot_until = time.monotonic() + HOT_SECONDS
                 elif config.burst and idle:
@@ -578,6 +602,36 @@ class Worker:
             )
             self.wake.clear()
         return "stopped" if self.outage_error is not None else "stopped by signal"
+
+    def _idle_poll_seconds(self) -> float:
+        """The idle poll: ``idle_poll_interval`` while notifications reach this worker (the
+        listener is subscribed and its probe came back), else ``poll_interval``."""
+        quiet = self.config.idle_poll_interval
+        listener = self.listener
+        if quiet is None or listener is None or not listener.connected.is_set():
+            return self.config.poll_interval
+        return max(quiet, self.config.poll_interval)
+
+    def _peek_due(self) -> tuple[float | None]:
+        """When the next job comes due (a tuple: ``_with_database`` reports failure as None)."""
+        horizon = min(self._idle_poll_seconds(), PEEK_HORIZON_MAX_SECONDS)
+        return (
+            seconds_until_due(
+                self.config.job_types, horizon_seconds=horizon, using=self.config.using
+            ),
+        )
+
+    def _after_peek(self, due_in: float | None) -> tuple[bool, float]:
+        """What a peek decides: whether the next poll peeks again, and when it is. Due now
+        (but not claimed a moment ago: held by its resource key, or another worker's):
+        claim again after ``poll_interval``, as without peeks. Due later: claim at that time.
+        Nothing within the horizon: peek again after the idle poll."""
+        now = time.monotonic()
+        if due_in is None:
+            return True, now + self._idle_poll_seconds()
+        if due_in <= 0:
+            return False, now + self.config.poll_interval
+        return False, now + min(due_in, self._idle_poll_seconds())
 
     def _batch_until(self, free: int, now: float, until: float | None) -> float | None:
         """When a claim for ``free`` executors on a deep queue should go out (None: now):

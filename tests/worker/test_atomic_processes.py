@@ -27,7 +27,12 @@ from tests.worker.conftest import SpawnWorker, attempt_rows, job_row, make_due, 
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-FAST = {"WORKER_POLL_INTERVAL": 0.2, "REAPER_INTERVAL_SECONDS": 0.5, "LEASE_SECONDS": 2}
+FAST = {
+    "WORKER_POLL_INTERVAL": 0.2,
+    "WORKER_IDLE_POLL_SECONDS": 1.0,
+    "REAPER_INTERVAL_SECONDS": 0.5,
+    "LEASE_SECONDS": 2,
+}
 GATE = 9090
 
 

@@ -11,6 +11,7 @@ connections.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 import uuid
@@ -21,6 +22,7 @@ import psycopg
 import pytest
 from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
+from django.utils.timezone import now as timezone_now
 from pytest_django import Settings as SettingsWrapper
 
 from runledger_django import ReadScope, cancel_job, enqueue_job, record_intent, requeue_job
@@ -41,14 +43,22 @@ class IdleWorker:
     """A Worker in a thread whose wake-ups (notifications and their arrival times) are
     recorded, so a test knows what woke it."""
 
-    def __init__(self, *, listen: bool, poll_interval: float) -> None:
+    def __init__(
+        self, *, listen: bool, poll_interval: float, idle_poll_interval: float | None = None
+    ) -> None:
         registry = Registry()
         registry.register(Handler(job_type=TYPE, func=lambda job: "ran"))
         self.stop = threading.Event()
         self.notifications: list[tuple[str, float]] = []
+        self.looks: list[str] = []
+        """"claim" or "peek", in the order the loop sent them (the real statements run)."""
         self.worker = Worker(
             WorkerConfig(
-                job_types=[TYPE], listen=listen, poll_interval=poll_interval, lease_seconds=60
+                job_types=[TYPE],
+                listen=listen,
+                poll_interval=poll_interval,
+                idle_poll_interval=idle_poll_interval,
+                lease_seconds=60,
             ),
             registry,
             stop=self.stop,
@@ -60,6 +70,18 @@ class IdleWorker:
             real(channel)
 
         self.worker.on_notify = recording  # type: ignore[method-assign]
+        real_claim, real_peek = self.worker._claim, self.worker._peek_due
+
+        def claim(free: int) -> Any:
+            self.looks.append("claim")
+            return real_claim(free)
+
+        def peek() -> Any:
+            self.looks.append("peek")
+            return real_peek()
+
+        self.worker._claim = claim  # type: ignore[method-assign]
+        self.worker._peek_due = peek  # type: ignore[method-assign]
         self.thread = threading.Thread(target=self._main, daemon=True)
         self.thread.start()
 
@@ -90,8 +112,15 @@ class IdleWorker:
 def idle_worker(definition: None) -> Iterator[Callable[..., IdleWorker]]:
     started: list[IdleWorker] = []
 
-    def start(*, listen: bool = True, poll_interval: float = LONG_POLL) -> IdleWorker:
-        worker = IdleWorker(listen=listen, poll_interval=poll_interval)
+    def start(
+        *,
+        listen: bool = True,
+        poll_interval: float = LONG_POLL,
+        idle_poll_interval: float | None = None,
+    ) -> IdleWorker:
+        worker = IdleWorker(
+            listen=listen, poll_interval=poll_interval, idle_poll_interval=idle_poll_interval
+        )
         started.append(worker)
         return worker
 
@@ -146,6 +175,65 @@ def test_listening_worker__notification_lost__job_runs_at_the_next_poll(
 
     wait_until(succeeded(job_id), what="the next poll")
     assert worker.notifications[pokes:] == []
+
+
+def test_quiet_worker__nothing_due__peeks_instead_of_claiming(
+    idle_worker: Callable[..., IdleWorker],
+) -> None:
+    """A listening worker whose claim found nothing asks when work comes due (one read, no
+    lock) at each idle poll instead of claiming again: an idle worker's only statement."""
+    worker = idle_worker(poll_interval=0.05, idle_poll_interval=0.2)
+    worker.wait_listening()
+    wait_until(lambda: worker.looks.count("peek") >= 1, what="the first peek")
+    claims = worker.looks.count("claim")
+
+    wait_until(lambda: worker.looks.count("peek") >= 4, what="three more idle polls")
+
+    assert worker.looks.count("claim") == claims
+
+
+def test_quiet_worker__job_due_nobody_announced__found_at_the_next_peek(
+    idle_worker: Callable[..., IdleWorker], settings: SettingsWrapper
+) -> None:
+    """Work that arrives without a notification (here WAKEUP_NOTIFY is off for the enqueuer)
+    is found by the next idle poll: the peek sees it due and the worker claims it."""
+    worker = idle_worker(poll_interval=0.05, idle_poll_interval=0.2)
+    worker.wait_listening()
+    wait_until(lambda: worker.looks.count("peek") >= 1, what="the worker to go quiet")
+    settings.RUNLEDGER = {"WAKEUP_NOTIFY": False}
+    pokes = len(worker.notifications)
+
+    job_id = enqueue_job(TYPE, {}).job_id
+
+    wait_until(succeeded(job_id), what="the next idle poll to find it")
+    assert worker.notifications[pokes:] == []
+    assert worker.looks[-2:] == ["peek", "claim"] or "peek" in worker.looks[-3:]
+
+
+def test_quiet_worker__job_enqueued_for_later__claimed_at_its_time_not_the_idle_poll(
+    idle_worker: Callable[..., IdleWorker],
+) -> None:
+    """The peek tells the worker when the next job comes due; it claims then, so a job
+    enqueued for two seconds ahead starts on time although the idle poll is far longer."""
+    worker = idle_worker(poll_interval=0.05, idle_poll_interval=LONG_POLL)
+    worker.wait_listening()
+
+    due = timezone_now() + dt.timedelta(seconds=2)
+    job_id = enqueue_job(TYPE, {}, next_run_at=due).job_id
+
+    wait_until(succeeded(job_id), timeout=LONG_POLL / 2, what="the job at its time")
+    assert job_row(job_id)["started_at"] >= due
+    assert "peek" in worker.looks
+
+
+def test_quiet_worker__without_listener__claims_every_poll(
+    idle_worker: Callable[..., IdleWorker],
+) -> None:
+    """Where notifications cannot arrive, polling is how work is found: no peeks."""
+    worker = idle_worker(listen=False, poll_interval=0.05, idle_poll_interval=LONG_POLL)
+    wait_until(lambda: worker.looks.count("claim") >= 5, what="five polls")
+
+    assert "peek" not in worker.looks
 
 
 @pytest.fixture

@@ -41,7 +41,11 @@ from tests.worker_app import BLOCK, FLAKY, NOOP
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("app_definitions")]
 
-FAST = {"WORKER_POLL_INTERVAL": 0.2, "REAPER_INTERVAL_SECONDS": 0.5}
+FAST = {
+    "WORKER_POLL_INTERVAL": 0.2,
+    "WORKER_IDLE_POLL_SECONDS": 1.0,
+    "REAPER_INTERVAL_SECONDS": 0.5,
+}
 
 
 @pytest.fixture

@@ -108,6 +108,8 @@ class Command(BaseCommand):
             if options["grace"] is None
             else options["grace"],
             poll_interval=conf.WORKER_POLL_INTERVAL,
+            # Without notifications from the enqueuers, polling is how work is found.
+            idle_poll_interval=conf.WORKER_IDLE_POLL_SECONDS if conf.WAKEUP_NOTIFY else None,
             reaper_interval=conf.REAPER_INTERVAL_SECONDS,
             outage_limit=conf.OUTAGE_LIMIT_SECONDS,
             listen=conf.WORKER_LISTEN,
