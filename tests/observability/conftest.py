@@ -23,6 +23,7 @@ from runledger_django.worker.execution import JobRun
 from runledger_django.worker.metrics import MetricsServer, start_metrics_server
 from runledger_django.worker.registry import Handler, HandlerFunc, Registry
 from runledger_django.worker.runtime import Worker, WorkerConfig, WorkerResult
+from tests.worker.conftest import spawn_worker  # noqa: F401  (the worker tests' fixture)
 
 Labels = frozenset[tuple[str, str]]
 Samples = dict[tuple[str, Labels], float]
@@ -47,6 +48,9 @@ class Scrape:
 
     def value(self, name: str, **labels: str) -> float:
         return self.samples[(name, frozenset(labels.items()))]
+
+    def get(self, name: str, **labels: str) -> float | None:
+        return self.samples.get((name, frozenset(labels.items())))
 
     def series(self, name: str) -> dict[Labels, float]:
         return {labels: value for (n, labels), value in self.samples.items() if n == name}
