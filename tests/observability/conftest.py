@@ -46,6 +46,16 @@ class Scrape:
     def types(self) -> dict[str, str]:
         return {family.name: family.type for family in text_string_to_metric_families(self.text)}
 
+    @property
+    def names(self) -> set[str]:
+        """Every metric name the scrape defines: families (counters with ``_total``) and the
+        names of their samples, so a family with no sample yet still counts."""
+        names: set[str] = set()
+        for family in text_string_to_metric_families(self.text):
+            names.add(f"{family.name}_total" if family.type == "counter" else family.name)
+            names |= {sample.name for sample in family.samples}
+        return names
+
     def value(self, name: str, **labels: str) -> float:
         return self.samples[(name, frozenset(labels.items()))]
 

@@ -278,3 +278,39 @@ def test_runledger_worker__metrics_port__serves_worker_queue_and_process_metrics
 def test_runledger_worker__queue_metrics_without_a_port__refused() -> None:
     with pytest.raises(CommandError, match="needs --metrics-port"):
         call_command("runledger_worker", "--collect-queue-metrics", "--burst")
+
+
+FROM_OTHER_PARTS = {"runledger_workers_live", "runledger_job_type_paused"}
+"""Gauges the docs' alerts name that the worker registry and pausing add (issue 21)."""
+
+
+@pytest.mark.django_db
+def test_docs_and_dashboard__name_only_metrics_the_exporters_serve(
+    make_definition: MakeDefinition,
+) -> None:
+    """A renamed metric must not leave a dead alert or an empty panel behind."""
+    import re
+
+    from tests.observability.conftest import scrape_view
+
+    make_definition(A)
+    worker = PrometheusWorkerMetrics()
+    worker.serving([A], concurrency=1)
+    served = Scrape(generate_latest(worker.registry).decode()).names | scrape_view().names
+    docs = BASE_DIR / "docs"
+    texts = {
+        "metrics.md": (docs / "metrics.md").read_text(),
+        "grafana/runledger.json": json.dumps(
+            [
+                target["expr"]
+                for panel in json.loads((docs / "grafana" / "runledger.json").read_text())["panels"]
+                for target in panel["targets"]
+            ]
+        ),
+    }
+    for where, text in texts.items():
+        named = set(re.findall(r"\brunledger_[a-z_]*[a-z]", text))
+        not_metrics = {"runledger_worker", "runledger_django"}  # the command, the package
+        unknown = named - served - FROM_OTHER_PARTS - not_metrics
+        assert not unknown, (where, sorted(unknown))
+    assert "runledger_jobs" in texts["grafana/runledger.json"]
