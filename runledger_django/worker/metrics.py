@@ -104,6 +104,7 @@ class PrometheusWorkerMetrics(WorkerMetrics):
         self._types: set[str] = set()
         """Job types with a label of their own (at most ``type_limit``)."""
         self._zeroed: set[str] = set()
+        self._info: tuple[str, str] | None = None
         self._custom_codes: set[str] = set()
         counter, gauge, histogram = client.Counter, client.Gauge, client.Histogram
         on = {"registry": self.registry}
@@ -211,8 +212,11 @@ class PrometheusWorkerMetrics(WorkerMetrics):
     def serving(self, job_types: Sequence[str], *, concurrency: int) -> None:
         for job_type in sorted(job_types):
             self._type_label(job_type)
-        self.info.clear()
-        self.info.labels(_version(), str(concurrency)).set(1)
+        info = (_version(), str(concurrency))
+        if info != self._info:  # set once: a scrape never sees the series missing
+            self.info.clear()
+            self.info.labels(*info).set(1)
+            self._info = info
 
     def claimed(self, count: int, seconds: float | None) -> None:
         self.claims.labels("claimed" if count else "empty").inc()

@@ -13,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from runledger_django import enqueue_job
@@ -249,6 +249,26 @@ def test_view__database_does_not_answer__200_with_collector_down(
     after = scrape_view()
     assert after.value("runledger_collector_up") == 1
     assert after.value("runledger_jobs", job_type=A, state="due") == 0
+
+
+def test_view__inside_the_callers_transaction__a_failed_read_leaves_it_usable(
+    make_definition: MakeDefinition, open_session: OpenSession, settings: Any
+) -> None:
+    """Under ATOMIC_REQUESTS the read runs in a savepoint of the request's transaction: a
+    timeout rolls back only the savepoint, and the request goes on."""
+    settings.RUNLEDGER = {**settings.RUNLEDGER, "METRICS_TIMEOUT_MS": 100}
+    make_definition(A)
+    holder = open_session(autocommit=False)
+    holder.execute("LOCK TABLE runledger_job_queue IN ACCESS EXCLUSIVE MODE")
+
+    with transaction.atomic():
+        scrape = scrape_view()
+        holder.rollback()
+        usable = run_sql("SELECT count(*) FROM runledger_job_definitions")
+
+    assert scrape.value("runledger_collector_up") == 0
+    assert usable == [(1,)]
+    assert scrape_view().value("runledger_collector_up") == 1
 
 
 def test_view__cache__a_second_scrape_within_the_ttl_reuses_the_read(
