@@ -339,3 +339,29 @@ def test_view_and_worker_port__same_state__same_gauges(
     port_age = port.value("runledger_job_oldest_due_age_seconds", job_type=B)
     view_age = view.value("runledger_job_oldest_due_age_seconds", job_type=B)
     assert 0 < port_age <= view_age < port_age + 60
+
+
+def test_shutdown__a_job_handed_back__counts_as_released(
+    make_definition: MakeDefinition,
+    start_metered_worker: StartMeteredWorker,
+    gates: list[threading.Event],
+) -> None:
+    """A stopping worker whose grace period is over hands its running job back: ``released``."""
+    make_definition(A)
+    started, release = threading.Event(), threading.Event()
+    gates.append(release)
+
+    def block(job: JobContext) -> None:
+        started.set()
+        release.wait(60)
+
+    job_id = enqueue(A)
+    running = start_metered_worker({A: block}, grace_seconds=0.0)
+    assert started.wait(30)
+    running.finish()
+
+    scrape = running.scrape()
+    assert scrape.value("runledger_job_attempts_total", job_type=A, outcome="released") == 1
+    assert run_sql("SELECT status FROM runledger_job_queue WHERE id = %s", [job_id]) == [
+        ("PENDING",)
+    ]
