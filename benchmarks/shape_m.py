@@ -2,7 +2,7 @@
 
 The history is shape (g)'s (``generate_job_history``): 98% finished jobs over 30 days (1% dead
 letters), 2% live queue (pending, three quarters of it due, and a few hundred leases, a tenth
-of them expired), spread over 100 job types. Measured warm, with the collector's cache off:
+of them expired), spread over 100 job types, and pending intents for 1% of that. Measured warm, with the collector's cache off:
 the queue-state statement alone (``read_queue_state``), and a whole scrape of the Django view
 (statement, metric families and text exposition). The statement's plan is checked: every
 read of the job table must be an index scan (no sequential scan over the history).
@@ -25,7 +25,16 @@ from runledger_django.domain import OTHER_JOB_TYPE_LABEL
 from runledger_django.prometheus import metrics_view
 from runledger_django.services.queue_state import read_queue_state
 
-from .common import Context, Row, define_job_types, progress, reset_runledger, scalar
+from .common import (
+    Context,
+    Row,
+    define_job_types,
+    progress,
+    reset_runledger,
+    scalar,
+    vacuum_analyze,
+)
+from .datagen import insert_pending_intents
 from .shape_g import generate_job_history, measure
 
 SHAPE = "m"
@@ -73,6 +82,8 @@ def run(ctx: Context) -> None:
     reset_runledger("runledger_job_attempts", "runledger_job_execution_resource_claims")
     define_job_types(JOB_TYPES)
     history = generate_job_history(total, JOB_TYPES)
+    insert_pending_intents(total // 100, JOB_TYPES, key_prefix="bench-m-")
+    vacuum_analyze("runledger_job_enqueue_intents")
     # (g), (h) and (i) share a history of their own: make them build it again.
     ctx.state.pop("job_history_rows", None)
     jobs = int(scalar("SELECT count(*) FROM runledger_job_queue"))
@@ -81,7 +92,8 @@ def run(ctx: Context) -> None:
     assert len(states) == len(JOB_TYPES), len(states)
     live = sum(s.due + s.scheduled + s.leased + s.lease_expired for s in states)
     dead = sum(s.dead_lettered for s in states)
-    progress(f"(m) {jobs:,} jobs: {live:,} live, {dead:,} dead letters")
+    intents = sum(s.intents_pending + s.intents_retrying for s in states)
+    progress(f"(m) {jobs:,} jobs: {live:,} live, {dead:,} dead letters; {intents:,} intents")
 
     def scrape() -> None:
         response = metrics_view(RequestFactory().get("/metrics/"))

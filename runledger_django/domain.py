@@ -682,13 +682,14 @@ OTHER_JOB_TYPE_LABEL = "other"
 class JobTypeQueueState:
     """The queue gauges of one job type label at one instant (the database clock).
 
-    The five counts partition the job type's PENDING, LEASED and DEAD_LETTERED rows. A label
-    past the type limit (``other``) sums several definitions; it has no definition gauges.
+    The five job counts partition the job type's PENDING, LEASED and DEAD_LETTERED rows. A
+    label past the type limit (``other``) sums several types; it has no definition gauges. A
+    type with pending intents but no definition is listed too (its intents wait forever).
     """
 
     job_type: str
     definitions: int
-    """How many job definitions this label covers (more than one only for ``other``)."""
+    """How many job types this label covers (more than one only for ``other``)."""
     due: int
     scheduled: int
     """PENDING, due later: scheduled runs and retries waiting out their backoff."""
@@ -702,4 +703,10 @@ class JobTypeQueueState:
     oldest_leased_age_seconds: float
     """Now minus the start of the oldest current lease; 0 when none is leased."""
     enabled: bool | None
-    """The definition's ``is_enabled``; None for a folded label."""
+    """The definition's ``is_enabled``; None for a folded label or a type without one."""
+    intents_pending: int = 0
+    """PENDING intents never attempted by a promoter."""
+    intents_retrying: int = 0
+    """PENDING intents whose promotion was deferred at least once."""
+    oldest_intent_age_seconds: float = 0.0
+    """Now minus the creation of the oldest PENDING intent; 0 when none."""

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 from typing import Final, LiteralString
 
-# Per job definition, folded into at most ``type_limit`` + 1 labels (the types past the limit,
-# in job type order, become ``other_label``), with the states that partition the non-terminal
-# and dead-lettered rows (reference 2.2: an expired, unreaped lease is not also ``leased``).
+# Per job type (every definition, and every type with pending intents: an intent whose type
+# has no definition waits forever and must show), folded into at most ``type_limit`` + 1 labels
+# (the types past the limit, in job type order, become ``other_label``), with the states that
+# partition the non-terminal and dead-lettered rows (reference 2.2: an expired, unreaped lease
+# is not also ``leased``) and the pending intents.
+# - Pending intents: idx_job_enqueue_intents_pending_metrics (job_type, created_at) INCLUDE
+#   (promotion_attempts), PENDING rows only, read index-only.
 # - PENDING: idx_job_queue_pending_metrics (organization_id, job_type, next_run_at), read
 #   index-only and grouped by type; it holds PENDING rows only.
 # - LEASED: idx_job_queue_leased_expiry (LEASED rows only; a few per worker thread), each with
@@ -24,12 +28,30 @@ from typing import Final, LiteralString
 # limits) are read; the fold keeps them only for a label that is exactly one definition.
 QUEUE_STATE: Final[LiteralString] = """
 /* runledger:queue_state */
-WITH definitions AS MATERIALIZED (
-    SELECT definition.job_type,
-           CASE WHEN row_number() OVER (ORDER BY definition.job_type) <= %(type_limit)s
-                THEN definition.job_type ELSE %(other_label)s END AS label,
-           definition.is_enabled
-    FROM runledger_job_definitions definition
+WITH intents AS (
+    SELECT intent.job_type,
+           count(*) FILTER (WHERE intent.promotion_attempts = 0) AS pending,
+           count(*) FILTER (WHERE intent.promotion_attempts > 0) AS retrying,
+           min(intent.created_at) AS oldest_created_at
+    FROM runledger_job_enqueue_intents intent
+    WHERE intent.status = 'PENDING'
+    GROUP BY intent.job_type
+),
+definitions AS MATERIALIZED (
+    SELECT known.job_type,
+           CASE WHEN row_number() OVER (ORDER BY known.job_type) <= %(type_limit)s
+                THEN known.job_type ELSE %(other_label)s END AS label,
+           known.is_enabled, known.intents_pending, known.intents_retrying,
+           known.oldest_intent_at
+    FROM (
+        SELECT COALESCE(definition.job_type, intents.job_type) AS job_type,
+               definition.is_enabled,
+               COALESCE(intents.pending, 0) AS intents_pending,
+               COALESCE(intents.retrying, 0) AS intents_retrying,
+               intents.oldest_created_at AS oldest_intent_at
+        FROM runledger_job_definitions definition
+        FULL JOIN intents ON intents.job_type = definition.job_type
+    ) AS known
 ),
 pending AS (
     SELECT job.job_type,
@@ -55,6 +77,9 @@ leased AS (
 per_type AS (
     SELECT definitions.label,
            definitions.is_enabled,
+           definitions.intents_pending,
+           definitions.intents_retrying,
+           definitions.oldest_intent_at,
            COALESCE(pending.due, 0) AS due,
            COALESCE(pending.scheduled, 0) AS scheduled,
            COALESCE(leased.leased_or_expired - leased.lease_expired, 0) AS leased,
@@ -77,7 +102,10 @@ SELECT label,
        sum(lease_expired)::bigint,
        sum(dead_lettered)::bigint,
        COALESCE(extract(epoch FROM now() - min(oldest_due_at)), 0)::float8,
-       COALESCE(extract(epoch FROM now() - min(oldest_leased_at)), 0)::float8
+       COALESCE(extract(epoch FROM now() - min(oldest_leased_at)), 0)::float8,
+       sum(intents_pending)::bigint,
+       sum(intents_retrying)::bigint,
+       COALESCE(extract(epoch FROM now() - min(oldest_intent_at)), 0)::float8
 FROM per_type
 GROUP BY label
 ORDER BY label

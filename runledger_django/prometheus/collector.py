@@ -134,6 +134,17 @@ def queue_families(states: list[JobTypeQueueState]) -> Iterator[Metric]:
         "Now minus the start of the oldest current lease; 0 when none is leased.",
         labels=["job_type"],
     )
+    intents = core.GaugeMetricFamily(
+        "runledger_intents",
+        "Pending enqueue intents per job type: pending (never attempted), retrying (promotion "
+        "deferred at least once).",
+        labels=["job_type", "state"],
+    )
+    intent_age = core.GaugeMetricFamily(
+        "runledger_intent_oldest_pending_age_seconds",
+        "Now minus the creation of the oldest pending intent; 0 when none.",
+        labels=["job_type"],
+    )
     definition = [
         (core.GaugeMetricFamily(name, text, labels=["job_type"]), value)
         for name, text, value in DEFINITION_GAUGES
@@ -144,6 +155,9 @@ def queue_families(states: list[JobTypeQueueState]) -> Iterator[Metric]:
             jobs.add_metric([state.job_type, name], float(getattr(state, name)))
         due_age.add_metric(label, state.oldest_due_age_seconds)
         leased_age.add_metric(label, state.oldest_leased_age_seconds)
+        intents.add_metric([state.job_type, "pending"], float(state.intents_pending))
+        intents.add_metric([state.job_type, "retrying"], float(state.intents_retrying))
+        intent_age.add_metric(label, state.oldest_intent_age_seconds)
         for family, value in definition:
             number = value(state)
             if number is not None:
@@ -151,6 +165,8 @@ def queue_families(states: list[JobTypeQueueState]) -> Iterator[Metric]:
     yield jobs
     yield due_age
     yield leased_age
+    yield intents
+    yield intent_age
     for family, _ in definition:
         yield family
 

@@ -20,10 +20,10 @@ def read_queue_state(
     timeout_ms: int,
     using: str = DEFAULT_USING,
 ) -> list[JobTypeQueueState]:
-    """Return the queue gauges of every job definition, ordered by job type label.
+    """Return the queue gauges of every job type, ordered by job type label.
 
     Every definition is listed, with zeros when it has no jobs, so a drained queue reads 0
-    instead of vanishing. Definitions past the first ``type_limit`` (in job type order) are
+    instead of vanishing; so is a type with pending intents but no definition. Definitions past the first ``type_limit`` (in job type order) are
     folded into one ``other`` label. The statement reads only the live queue and the dead
     letters, each from its own index; ``timeout_ms`` caps both its lock wait and its run.
 
@@ -65,6 +65,9 @@ def _state(row: tuple[Any, ...]) -> JobTypeQueueState:
         dead_lettered,
         oldest_due_age,
         oldest_leased_age,
+        intents_pending,
+        intents_retrying,
+        oldest_intent_age,
     ) = row
     single = int(definitions) == 1 and label != OTHER_JOB_TYPE_LABEL
     return JobTypeQueueState(
@@ -77,5 +80,8 @@ def _state(row: tuple[Any, ...]) -> JobTypeQueueState:
         dead_lettered=int(dead_lettered),
         oldest_due_age_seconds=max(0.0, float(oldest_due_age)),
         oldest_leased_age_seconds=max(0.0, float(oldest_leased_age)),
-        enabled=bool(enabled) if single else None,
+        enabled=bool(enabled) if single and enabled is not None else None,
+        intents_pending=int(intents_pending),
+        intents_retrying=int(intents_retrying),
+        oldest_intent_age_seconds=max(0.0, float(oldest_intent_age)),
     )

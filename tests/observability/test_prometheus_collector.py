@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from runledger_django import enqueue_job
+from runledger_django import enqueue_job, record_intent
 from runledger_django.domain import OTHER_JOB_TYPE_LABEL
 from runledger_django.errors import RunledgerError
 from runledger_django.prometheus.collector import STATES
@@ -80,6 +80,12 @@ def test_view__two_types_empty_queue__every_series_reads_zero(
     assert set(scrape.series("runledger_jobs")) == {
         frozenset({("job_type", t), ("state", s)}) for t in (A, B) for s in STATES
     }
+    assert scrape.series("runledger_intents") == {
+        frozenset({("job_type", t), ("state", s)}): 0.0
+        for t in (A, B)
+        for s in ("pending", "retrying")
+    }
+    assert scrape.value("runledger_intent_oldest_pending_age_seconds", job_type=A) == 0
 
 
 def test_view__age_counts_from_due_time__scheduled_and_backoff_leave_it_zero(
@@ -181,6 +187,39 @@ def test_view__pruning_succeeded_jobs__changes_no_exposed_value(
 
     assert stable(after) == stable(before)
     assert "counter" not in set(after.types.values())
+
+
+def test_view__pending_intents__counted_per_type__an_undefined_type_shows_too(
+    make_definition: MakeDefinition,
+) -> None:
+    """Intents waiting for promotion, split into never attempted and retrying; an intent of a
+    type without a definition (it would wait forever) gets its series, without the
+    definition's gauges."""
+    make_definition(A)
+    for n in range(3):
+        record_intent(A, {}, idempotency_key=f"a-{n}")
+    retrying = record_intent(A, {}, idempotency_key="a-retry").intent_id
+    run_sql(
+        "UPDATE runledger_job_enqueue_intents SET promotion_attempts = 2, "
+        "last_attempted_at = now(), next_promotion_at = now() + interval '1 minute', "
+        "last_error_code = 'job.definition_unavailable', last_error_message = 'not enabled', "
+        "created_at = now() - interval '2 minutes' WHERE id = %s",
+        [retrying],
+    )
+    orphan = "metrics.no_definition"
+    record_intent(orphan, {}, idempotency_key="o-1")
+
+    scrape = scrape_view()
+
+    assert scrape.series("runledger_intents") == {
+        frozenset({("job_type", A), ("state", "pending")}): 3.0,
+        frozenset({("job_type", A), ("state", "retrying")}): 1.0,
+        frozenset({("job_type", orphan), ("state", "pending")}): 1.0,
+        frozenset({("job_type", orphan), ("state", "retrying")}): 0.0,
+    }
+    assert 120 <= scrape.value("runledger_intent_oldest_pending_age_seconds", job_type=A) < 130
+    assert jobs_gauges(scrape, orphan) == dict.fromkeys(STATES, 0.0)
+    assert set(scrape.series("runledger_job_type_enabled")) == {frozenset({("job_type", A)})}
 
 
 def test_view__types_past_the_limit__fold_into_other(
