@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import socket
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -232,12 +232,6 @@ def test_web_process__database_unreachable__200_with_collector_down() -> None:
     assert "runledger_jobs" not in scrape.types
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.django_db(transaction=True)
 def test_runledger_worker__metrics_port__serves_worker_queue_and_process_metrics(
     make_definition: MakeDefinition, spawn_worker: SpawnWorker
@@ -247,16 +241,17 @@ def test_runledger_worker__metrics_port__serves_worker_queue_and_process_metrics
     make_definition(NOOP, max_attempts=3, default_timeout_seconds=60)
     for _ in range(3):
         enqueue_job(NOOP, {})
-    port = free_port()
     worker = spawn_worker(
         "--job-type",
         NOOP,
         "--metrics-port",
-        str(port),
+        "0",
         "--metrics-addr",
         "127.0.0.1",
         "--collect-queue-metrics",
     )
+    banner = worker.wait_for_line("metrics on port ")
+    port = int(re.search(r"metrics on port (\d+)", banner).group(1))  # type: ignore[union-attr]
 
     due = {"job_type": NOOP, "state": "due"}
 

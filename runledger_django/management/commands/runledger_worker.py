@@ -163,6 +163,7 @@ class Command(BaseCommand):
                     + (f" ({run.error_code})" if run.error_code else ""),
                 )
 
+        server = _metrics_server(options)
         if verbosity >= 1:
             (self.stderr if as_json else self.stdout).write(
                 f"runledger worker {config.worker_id}: "
@@ -172,10 +173,10 @@ class Command(BaseCommand):
                 + (", promoting intents" if config.promote else "")
                 + (", scheduling" if config.schedules else "")
                 + (", burst" if config.burst else "")
+                + (f", metrics on port {server.port}" if server else "")
             )
         stop = cli.StopEvent()
         force = cli.StopEvent()
-        server = _metrics_server(options)
         worker = Worker(
             config,
             registry,
