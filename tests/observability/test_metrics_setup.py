@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,7 @@ def test_without_prometheus_client__the_app_imports_and_runs() -> None:
 
 VIEW_SCRIPT = """
 import json
+import uuid
 from django.test import RequestFactory
 from prometheus_client import CollectorRegistry, Counter, generate_latest, values
 from prometheus_client.multiprocess import MultiProcessCollector
@@ -309,3 +311,45 @@ def test_docs_and_dashboard__name_only_metrics_the_exporters_serve(
         unknown = named - served - FROM_OTHER_PARTS - not_metrics
         assert not unknown, (where, sorted(unknown))
     assert "runledger_jobs" in texts["grafana/runledger.json"]
+
+
+def finished_run(job_type: str, outcome: str = "succeeded", code: str | None = None) -> Any:
+    from runledger_django.worker.execution import JobRun
+
+    return JobRun(
+        job_id=uuid.uuid4(),
+        job_type=job_type,
+        run_number=1,
+        attempt=1,
+        worker_id="w",
+        outcome=outcome,  # type: ignore[arg-type]
+        error_code=code,
+        duration_seconds=0.1,
+    )
+
+
+def test_worker_labels__types_past_the_limit_and_many_custom_codes__fold_into_other(
+    settings: Any,
+) -> None:
+    """The worker's labels are bounded as the collector's are: job types past
+    METRICS_JOB_TYPE_LIMIT, and handler error codes past the 50th, read ``other``."""
+    settings.RUNLEDGER = {"METRICS_JOB_TYPE_LIMIT": 2}
+    metrics = PrometheusWorkerMetrics()
+    metrics.serving(["t.c", "t.a", "t.b"], concurrency=1)
+    metrics.finished(finished_run("t.c"))
+    metrics.finished(finished_run("t.new"))
+    for n in range(60):
+        metrics.finished(finished_run("t.a", "dead_lettered", f"billing.code_{n:02d}"))
+    metrics.finished(finished_run("t.a", "retried", "job.handler_failed"))
+
+    scrape = Scrape(generate_latest(metrics.registry).decode())
+    types = {dict(labels)["job_type"] for labels in scrape.series("runledger_job_attempts_total")}
+    assert types == {"t.a", "t.b", "other"}
+    assert scrape.value("runledger_job_attempts_total", job_type="other", outcome="succeeded") == 2
+    codes = {
+        dict(labels)["error_code"]: value
+        for labels, value in scrape.series("runledger_job_failures_total").items()
+    }
+    assert len(codes) == 52  # 50 custom codes, "other", and the product's code
+    assert codes["other"] == 10
+    assert codes["job.handler_failed"] == 1
