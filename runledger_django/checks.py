@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -86,6 +87,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
         )
     errors += _worker_setting_errors(raw)
     errors += _schedule_setting_errors(raw)
+    errors += _metrics_setting_errors(raw)
     return errors
 
 
@@ -158,6 +160,63 @@ def _schedule_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
                 "RUNLEDGER['SCHEDULE_BATCH_SIZE'] must be an int from 1 to 1000.",
                 hint="The default is 500.",
                 id="runledger.E051",
+            )
+        )
+    return errors
+
+
+def _is_buckets(value: object) -> bool:
+    """Histogram bounds: a non-empty list of finite, positive, strictly increasing numbers."""
+    if isinstance(value, str) or not isinstance(value, list | tuple) or not value:
+        return False
+    if not all(not isinstance(bound, bool) and isinstance(bound, int | float) for bound in value):
+        return False
+    bounds = [float(bound) for bound in value]
+    return all(0 < bound < float("inf") for bound in bounds) and all(
+        low < high for low, high in itertools.pairwise(bounds)
+    )
+
+
+def _metrics_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The Prometheus metrics' settings (docs/metrics.md); ids E060 and up."""
+    errors: list[CheckMessage] = []
+    for key, check_id, high in (
+        ("METRICS_JOB_TYPE_LIMIT", "runledger.E060", 10_000),
+        ("METRICS_TIMEOUT_MS", "runledger.E061", 60_000),
+    ):
+        if key in raw and not _is_int_in(raw[key], 1, high):
+            errors.append(
+                Error(
+                    f"RUNLEDGER['{key}'] must be an int from 1 to {high}.",
+                    hint=f"The default is {DEFAULTS[key]}.",
+                    id=check_id,
+                )
+            )
+    if "METRICS_CACHE_SECONDS" in raw and not _is_seconds(
+        raw["METRICS_CACHE_SECONDS"], zero_ok=True
+    ):
+        errors.append(_seconds_error("METRICS_CACHE_SECONDS", "runledger.E062", zero_ok=True))
+    for key, check_id in (
+        ("METRICS_RUN_DURATION_BUCKETS", "runledger.E063"),
+        ("METRICS_START_DELAY_BUCKETS", "runledger.E064"),
+    ):
+        if key in raw and not _is_buckets(raw[key]):
+            errors.append(
+                Error(
+                    f"RUNLEDGER['{key}'] must be a non-empty list of finite, positive, "
+                    "strictly increasing numbers of seconds.",
+                    hint="Leave it out for the job-shaped defaults (docs/metrics.md).",
+                    id=check_id,
+                )
+            )
+    if "METRICS_ERROR_CLASS_LABEL" in raw and not isinstance(
+        raw["METRICS_ERROR_CLASS_LABEL"], bool
+    ):
+        errors.append(
+            Error(
+                "RUNLEDGER['METRICS_ERROR_CLASS_LABEL'] must be True or False.",
+                hint="The default is False.",
+                id="runledger.E065",
             )
         )
     return errors

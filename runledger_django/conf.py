@@ -6,6 +6,17 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+RUN_DURATION_BUCKETS: tuple[float, ...] = (
+    *(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900),
+    *(1800, 3600),
+)
+"""Handler wall time, seconds: job-shaped, up to an hour (the default timeout is 900 s)."""
+START_DELAY_BUCKETS: tuple[float, ...] = (
+    *(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 1800),
+    3600,
+)
+"""Claim time minus due time, seconds."""
+
 DEFAULTS: dict[str, Any] = {
     "PROMOTE_JOB_TYPES": None,
     "PROMOTION_BATCH_SIZE": 500,
@@ -22,6 +33,13 @@ DEFAULTS: dict[str, Any] = {
     # periodic schedules
     "SCHEDULE_POLL_SECONDS": 30,
     "SCHEDULE_BATCH_SIZE": 500,
+    # Prometheus metrics (the optional extra ``prometheus``)
+    "METRICS_JOB_TYPE_LIMIT": 100,
+    "METRICS_TIMEOUT_MS": 1000,
+    "METRICS_CACHE_SECONDS": 5.0,
+    "METRICS_RUN_DURATION_BUCKETS": RUN_DURATION_BUCKETS,
+    "METRICS_START_DELAY_BUCKETS": START_DELAY_BUCKETS,
+    "METRICS_ERROR_CLASS_LABEL": False,
 }
 
 
@@ -129,6 +147,47 @@ class Settings:
         """Due schedules one scheduler pass locks and fires together (1 to 1000). Default:
         500."""
         return int(self._get("SCHEDULE_BATCH_SIZE"))
+
+    # --- Prometheus metrics ---
+
+    @property
+    def METRICS_JOB_TYPE_LIMIT(self) -> int:  # noqa: N802
+        """How many job types carry their own ``job_type`` label (1 to 10000); the rest, in
+        job type order, are folded into ``job_type="other"``, so a queue with thousands of
+        types cannot blow up a Prometheus server. Default: 100."""
+        return int(self._get("METRICS_JOB_TYPE_LIMIT"))
+
+    @property
+    def METRICS_TIMEOUT_MS(self) -> int:  # noqa: N802
+        """The lock and statement timeout of the scrape-time queue statement (1 to 60000
+        ms). A scrape past it reports ``runledger_collector_up 0`` rather than hanging.
+        Default: 1000."""
+        return int(self._get("METRICS_TIMEOUT_MS"))
+
+    @property
+    def METRICS_CACHE_SECONDS(self) -> float:  # noqa: N802
+        """How long a collector reuses its last queue state (0: read on every scrape), so
+        several Prometheus servers or a fast scrape interval cost one statement. Default: 5."""
+        return float(self._get("METRICS_CACHE_SECONDS"))
+
+    @property
+    def METRICS_RUN_DURATION_BUCKETS(self) -> tuple[float, ...]:  # noqa: N802
+        """Upper bounds (seconds, increasing) of ``runledger_job_run_duration_seconds``.
+        Default: 0.005 s to 3600 s, job-shaped (see docs/metrics.md)."""
+        return tuple(float(bound) for bound in self._get("METRICS_RUN_DURATION_BUCKETS"))
+
+    @property
+    def METRICS_START_DELAY_BUCKETS(self) -> tuple[float, ...]:  # noqa: N802
+        """Upper bounds (seconds, increasing) of ``runledger_job_start_delay_seconds``.
+        Default: 0.005 s to 3600 s."""
+        return tuple(float(bound) for bound in self._get("METRICS_START_DELAY_BUCKETS"))
+
+    @property
+    def METRICS_ERROR_CLASS_LABEL(self) -> bool:  # noqa: N802
+        """Add the exception's class as an ``error_class`` label of
+        ``runledger_job_failures_total``. Off by default: classes are many and unbounded in
+        principle; the product error code is the bounded label. Default: False."""
+        return bool(self._get("METRICS_ERROR_CLASS_LABEL"))
 
 
 conf = Settings()

@@ -342,6 +342,9 @@ class ClaimedJob:
     claimed_at: dt.datetime
     """The database clock when the lease began (the handler's deadline counts from here)."""
     lease_expires_at: dt.datetime
+    due_at: dt.datetime | None = None
+    """The later of the job's creation and its ``next_run_at``: since when it was waiting
+    (database clock; the start delay is ``claimed_at`` minus this)."""
     decode_error: str | None = None
     """Why the stored payload or checkpoint could not be decoded; such a job dead-letters."""
 
@@ -431,6 +434,8 @@ class ReapReport:
     batch_was_full: bool = False
     next_run_ats: tuple[dt.datetime, ...] = ()
     """When the retried jobs become due (a worker sets a timer for them)."""
+    moved: tuple[tuple[str, str], ...] = ()
+    """(job type, ``requeued`` or ``dead_lettered``) per reaped job, for metrics."""
 
     @property
     def reaped(self) -> int:
@@ -665,3 +670,43 @@ class ScheduleMetrics:
         data["next_fire_at"] = format_timestamp(self.next_fire_at)
         data["last_fired_at"] = format_timestamp(self.last_fired_at)
         return data
+
+
+# --- queue state for metrics (reference observability 2.2) ----------------------------------
+
+OTHER_JOB_TYPE_LABEL = "other"
+"""The label the job types past the metrics type limit are folded into."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTypeQueueState:
+    """The queue gauges of one job type label at one instant (the database clock).
+
+    The five job counts partition the job type's PENDING, LEASED and DEAD_LETTERED rows. A
+    label past the type limit (``other``) sums several types; it has no definition gauges. A
+    type with pending intents but no definition is listed too (its intents wait forever).
+    """
+
+    job_type: str
+    definitions: int
+    """How many job types this label covers (more than one only for ``other``)."""
+    due: int
+    scheduled: int
+    """PENDING, due later: scheduled runs and retries waiting out their backoff."""
+    leased: int
+    """LEASED with a lease that has not expired."""
+    lease_expired: int
+    """LEASED with an expired lease the reaper has not moved yet."""
+    dead_lettered: int
+    oldest_due_age_seconds: float
+    """Now minus the earliest ``next_run_at`` among due jobs; 0 when none is due."""
+    oldest_leased_age_seconds: float
+    """Now minus the start of the oldest current lease; 0 when none is leased."""
+    enabled: bool | None
+    """The definition's ``is_enabled``; None for a folded label or a type without one."""
+    intents_pending: int = 0
+    """PENDING intents never attempted by a promoter."""
+    intents_retrying: int = 0
+    """PENDING intents whose promotion was deferred at least once."""
+    oldest_intent_age_seconds: float = 0.0
+    """Now minus the creation of the oldest PENDING intent; 0 when none."""

@@ -103,7 +103,8 @@ event AS (
     FROM leased
 )
 SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
-       timeout_seconds, checkpoint::text, now(), lease_expires_at
+       timeout_seconds, checkpoint::text, now(), lease_expires_at,
+       GREATEST(next_run_at, created_at) AS due_at
 FROM leased
 ORDER BY priority DESC, next_run_at, created_at, id
 """
@@ -700,7 +701,7 @@ moved AS (
     FROM expired
     WHERE job.id = expired.id AND job.status = 'LEASED'
     RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
-              job.progress_done, job.progress_total, expired.dead,
+              job.progress_done, job.progress_total, expired.dead, job.job_type,
               expired.stage = 'running' AND (expired.last_heartbeat_at IS NULL
                                              OR expired.last_heartbeat_at <= expired.leased_at)
                   AS started_without_renewal_heartbeat
@@ -748,7 +749,7 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
+SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END, job_type FROM moved
 """
 
 # The expired leases a failed batch covered, for the per-row fallback (no lock: each row is

@@ -335,6 +335,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         checkpoint_text,
         claimed_at,
         lease_expires_at,
+        due_at,
     ) = row
     decode_error = None
     try:
@@ -360,5 +361,6 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         checkpoint=checkpoint,
         claimed_at=claimed_at,
         lease_expires_at=lease_expires_at,
+        due_at=due_at,
         decode_error=decode_error,
     )

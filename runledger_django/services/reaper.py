@@ -85,6 +85,9 @@ def reap_expired_leases(
         released_resources=len(released),
         batch_was_full=len(rows) + deferred >= page.limit,
         next_run_ats=tuple(row[2] for row in retried),
+        moved=tuple(
+            (str(row[3]), "requeued" if row[1] == "PENDING" else "dead_lettered") for row in rows
+        ),
     )
     if report.reaped or report.deferred:
         logger.info(

@@ -52,10 +52,14 @@ class JobRun:
     next_run_at: dt.datetime | None = None
     error: RunledgerError | None = None
     """Why recording the outcome failed (``persist_failed``)."""
+    error_class: str | None = None
+    """The dotted class of the exception the handler raised, for a failure it caused (an
+    opt-in metrics label; not part of ``to_dict``)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("error")
+        data.pop("error_class")
         data["job_id"] = str(self.job_id)
         data["duration_seconds"] = round(self.duration_seconds, 6)
         data["next_run_at"] = self.next_run_at.isoformat() if self.next_run_at else None
@@ -132,6 +136,7 @@ class Execution:
         *,
         next_run_at: dt.datetime | None = None,
         error: RunledgerError | None = None,
+        error_class: str | None = None,
     ) -> JobRun:
         return JobRun(
             job_id=self.lease.job_id,
@@ -144,6 +149,7 @@ class Execution:
             duration_seconds=time.monotonic() - self.started,
             next_run_at=next_run_at,
             error=error,
+            error_class=error_class,
         )
 
 
@@ -427,7 +433,7 @@ def _record(
             lease.attempt,
             failure.code,
         )
-        return execution.make_run("dead_lettered", failure.code)
+        return execution.make_run("dead_lettered", failure.code, error_class=failure.error_class)
     logger.info(
         "job retry scheduled job_id=%s job_type=%s attempt=%d error_code=%s",
         lease.job_id,
@@ -435,7 +441,9 @@ def _record(
         lease.attempt,
         failure.code,
     )
-    return execution.make_run("retried", failure.code, next_run_at=outcome.next_run_at)
+    return execution.make_run(
+        "retried", failure.code, next_run_at=outcome.next_run_at, error_class=failure.error_class
+    )
 
 
 def record_timeout(execution: Execution, *, using: str) -> JobRun | None:

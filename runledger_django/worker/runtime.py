@@ -52,6 +52,7 @@ from .execution import (
 )
 from .heartbeat import Heartbeater
 from .listener import Listener
+from .metrics import NO_METRICS, WorkerMetrics
 from .registry import Registry
 from .scheduler import Scheduler, burst_schedules
 
@@ -195,8 +196,10 @@ class Worker:
         stop: threading.Event,
         force: threading.Event | None = None,
         on_run: Callable[[JobRun], None] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.config = config
+        self.metrics = metrics or NO_METRICS
         self.registry = registry
         self.stop = stop
         self.force = force or threading.Event()
@@ -331,6 +334,7 @@ class Worker:
 
     def _report(self, run: JobRun) -> None:
         """Tell ``on_run``; a failing report (a closed stdout) never stops the worker."""
+        self.metrics.finished(run)
         if self.on_run is None:
             return
         try:
@@ -354,6 +358,7 @@ class Worker:
         """Run jobs a success statement claimed; hand them back if the worker began to stop
         while that statement ran (shutdown no longer looks for new work)."""
         self.deep = len(claimed) == asked
+        self.metrics.claimed(len(claimed), None)
         if not claimed:
             return
         with self.dispatch_lock:
@@ -522,6 +527,7 @@ class Worker:
         config = self.config
         if not config.fixed_job_types:
             config.job_types = self.registry.runnable_job_types(config.queues, using=config.using)
+        self.metrics.serving(config.job_types, concurrency=config.concurrency)
         known = set(self.defined)
         new = [job_type for job_type in config.job_types if job_type not in known]
         if new:
@@ -551,6 +557,7 @@ class Worker:
         """The next poll asks when work comes due instead of claiming (a quiet worker)."""
         batch_until: float | None = None
         while not self.stop.is_set():
+            self.metrics.tick(busy=self.busy(), concurrency=config.concurrency)
             now = time.monotonic()
             self._enforce_deadlines(now)
             if self.stuck:
@@ -646,13 +653,20 @@ class Worker:
     def _claim(self, free: int) -> list[ClaimedJob]:
         if self.config.burst and self.config.promote:
             self._promote_burst()
-        return claim_jobs(
-            self.config.job_types,
-            worker_id=self.config.worker_id,
-            limit=free,
-            lease_seconds=self.config.lease_seconds,
-            using=self.config.using,
-        )
+        started = time.perf_counter()
+        try:
+            claimed = claim_jobs(
+                self.config.job_types,
+                worker_id=self.config.worker_id,
+                limit=free,
+                lease_seconds=self.config.lease_seconds,
+                using=self.config.using,
+            )
+        except RunledgerError:
+            self.metrics.claim_failed()
+            raise
+        self.metrics.claimed(len(claimed), time.perf_counter() - started)
+        return claimed
 
     def _wait_seconds(
         self,
@@ -690,6 +704,7 @@ class Worker:
 
     def _reap(self) -> ReapReport:
         report = reap_expired_leases(self.config.job_types, using=self.config.using)
+        self.metrics.reaped(report)
         if report.next_run_ats:
             self.wake_at(time.monotonic() + REAPER_RETRY_DELAY_MS / 1000)
         if report.batch_was_full:
@@ -707,6 +722,7 @@ class Worker:
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> None:
         with self.counts.lock:
             self.counts.claimed += len(claimed)
+        self.metrics.dispatched(claimed)
         for job in claimed:
             execution = Execution(job, lease_seconds=self.config.lease_seconds)
             with self.inflight_lock:
@@ -770,6 +786,7 @@ class Worker:
             if handed is not None:
                 for execution in leftovers:
                     execution.mark_lost("handed back at shutdown")
+                self.metrics.released([e.claimed.job_type for e in leftovers])
                 logger.warning("handed back %d unfinished jobs at shutdown", handed)
         self._wait_for_completions()
         for _ in range(config.concurrency):

@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import threading
 from argparse import ArgumentParser
+from functools import partial
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import conf
 from ...domain import WorkReport
 from ...worker.execution import JobRun
+from ...worker.metrics import MetricsServer, start_metrics_server
 from ...worker.registry import autodiscover, load_task_backends, registry
 from ...worker.run import handled_job_types
 from ...worker.runtime import EXIT_OK, Worker, WorkerConfig
@@ -79,6 +82,25 @@ class Command(BaseCommand):
             help="Do not run the scheduler (by default the worker syncs the declared schedules "
             "and fires the schedules of its job types).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=partial(cli.bounded_int, low=0, high=65535, what="port"),
+            default=None,
+            metavar="PORT",
+            help="Serve Prometheus metrics on this port (needs the 'prometheus' extra).",
+        )
+        parser.add_argument(
+            "--metrics-addr",
+            default="0.0.0.0",  # noqa: S104  (Prometheus scrapes the pod from outside)
+            metavar="ADDR",
+            help="The address the metrics port listens on (default 0.0.0.0).",
+        )
+        parser.add_argument(
+            "--collect-queue-metrics",
+            action="store_true",
+            help="Also serve the queue gauges (read from the database at scrape time) on the "
+            "metrics port; one exporter of them is enough (see docs/metrics.md).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         verbosity: int = options["verbosity"]
@@ -143,6 +165,7 @@ class Command(BaseCommand):
                     + (f" ({run.error_code})" if run.error_code else ""),
                 )
 
+        server = _metrics_server(options)
         if verbosity >= 1:
             (self.stderr if as_json else self.stdout).write(
                 f"runledger worker {config.worker_id}: "
@@ -152,10 +175,18 @@ class Command(BaseCommand):
                 + (", promoting intents" if config.promote else "")
                 + (", scheduling" if config.schedules else "")
                 + (", burst" if config.burst else "")
+                + (f", metrics on port {server.port}" if server else "")
             )
         stop = cli.StopEvent()
         force = cli.StopEvent()
-        worker = Worker(config, registry, stop=stop, force=force, on_run=on_run)
+        worker = Worker(
+            config,
+            registry,
+            stop=stop,
+            force=force,
+            on_run=on_run,
+            metrics=server.metrics if server else None,
+        )
         with cli.runledger_errors(), cli.log_level_from_verbosity(verbosity):
             with cli.stop_on_signals(stop, force):
                 try:
@@ -163,10 +194,28 @@ class Command(BaseCommand):
                 finally:
                     with out_lock:
                         progress.done()
+                    if server is not None:
+                        server.close()
         if verbosity >= 1 and not as_json:
             self.stdout.write(f"{_summary(result.report)}; {result.reason}.")
         if result.exit_code != EXIT_OK:
             raise CommandError(result.reason, returncode=result.exit_code)
+
+
+def _metrics_server(options: dict[str, Any]) -> MetricsServer | None:
+    if options["metrics_port"] is None:
+        if options["collect_queue_metrics"]:
+            raise CommandError("--collect-queue-metrics needs --metrics-port.")
+        return None
+    try:
+        return start_metrics_server(
+            options["metrics_port"],
+            addr=options["metrics_addr"],
+            queue_gauges=options["collect_queue_metrics"],
+            include_default_registry=True,  # the handlers' own metrics, the process's
+        )
+    except (ImproperlyConfigured, OSError) as error:
+        raise CommandError(f"--metrics-port: {error}") from error
 
 
 def _live(totals: dict[str, int]) -> str:
