@@ -26,6 +26,9 @@ UQ_JOB_QUEUE_ORG = "uq_job_queue_type_idempotency_org"
 UQ_JOB_QUEUE_GLOBAL = "uq_job_queue_type_idempotency_global"
 FK_JOB_QUEUE_JOB_TYPE = "fk_job_queue_job_type"
 
+MIN_SERVER_VERSION = 150000
+"""The oldest PostgreSQL the product supports (the system check and runledger_check)."""
+
 PROMOTION_BATCH_LIMIT_MAX = 24
 """Savepoints per promotion pass: 24 x 2 subtransaction ids stays below PostgreSQL's 64-entry cache."""
 

@@ -35,6 +35,10 @@ for _key in (
     "WORKER_POLL_INTERVAL",
     "OUTAGE_LIMIT_SECONDS",
     "SCHEDULE_POLL_SECONDS",
+    "WORKER_HEARTBEAT_SECONDS",
+    "WORKER_RETENTION_SECONDS",
+    "LIVENESS_MAX_AGE_SECONDS",
+    "READINESS_DB_MAX_AGE_SECONDS",
 ):
     _value = _number(_key)
     if _value is not None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import json
 import threading
 from argparse import ArgumentParser
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import conf
 from ...domain import WorkReport
+from ...services.worker_registry import VERSION
 from ...worker.execution import JobRun
+from ...worker.health import Health, HealthServer, worker_health
 from ...worker.registry import autodiscover, load_task_backends, registry
 from ...worker.run import handled_job_types
 from ...worker.runtime import EXIT_OK, Worker, WorkerConfig
@@ -74,6 +78,28 @@ class Command(BaseCommand):
             help="Print one JSON object per finished attempt (job_id, job_type, outcome, ...).",
         )
         parser.add_argument(
+            "--health-port",
+            type=cli.port,
+            default=None,
+            metavar="PORT",
+            help="Serve /livez, /readyz and /startupz on this port (0: any free port), answered "
+            "from memory without SQL.",
+        )
+        parser.add_argument(
+            "--health-host",
+            default="0.0.0.0",  # noqa: S104  (a kubelet probes the pod's address)
+            metavar="HOST",
+            help="The address the probes listen on (default 0.0.0.0).",
+        )
+        parser.add_argument(
+            "--health-file",
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help="Rewrite this file from the worker loop (at most once a second) and remove it "
+            "on exit; check it with python -m runledger_django.healthcheck PATH.",
+        )
+        parser.add_argument(
             "--no-schedules",
             action="store_true",
             help="Do not run the scheduler (by default the worker syncs the declared schedules "
@@ -81,6 +107,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with ExitStack() as stack:
+            health = _start_health(self, options, stack)
+            self._run(health, options)
+
+    def _run(self, health: Health, options: dict[str, Any]) -> None:
         verbosity: int = options["verbosity"]
         as_json: bool = options["json"]
         autodiscover()
@@ -115,6 +146,8 @@ class Command(BaseCommand):
             schedules=not options["no_schedules"],
             schedule_poll_seconds=conf.SCHEDULE_POLL_SECONDS,
             schedule_batch_size=conf.SCHEDULE_BATCH_SIZE,
+            heartbeat_seconds=conf.WORKER_HEARTBEAT_SECONDS,
+            registry_retention_seconds=conf.WORKER_RETENTION_SECONDS,
         )
         progress = cli.Progress(self.stdout, verbosity=0 if as_json else verbosity)
         out_lock = threading.Lock()
@@ -153,7 +186,7 @@ class Command(BaseCommand):
             )
         stop = cli.StopEvent()
         force = cli.StopEvent()
-        worker = Worker(config, registry, stop=stop, force=force, on_run=on_run)
+        worker = Worker(config, registry, stop=stop, force=force, on_run=on_run, health=health)
         with cli.runledger_errors(), cli.log_level_from_verbosity(verbosity):
             with cli.stop_on_signals(stop, force):
                 try:
@@ -165,6 +198,36 @@ class Command(BaseCommand):
             self.stdout.write(f"{_summary(result.report)}; {result.reason}.")
         if result.exit_code != EXIT_OK:
             raise CommandError(result.reason, returncode=result.exit_code)
+
+
+def _start_health(command: BaseCommand, options: dict[str, Any], stack: ExitStack) -> Health:
+    """The probes' state, and the server and file reading it, before handler discovery (so
+    /startupz answers 503 while the app loads); both go when the command returns."""
+    health = worker_health(
+        poll_interval=conf.WORKER_POLL_INTERVAL,
+        reaper_interval=conf.REAPER_INTERVAL_SECONDS,
+        heartbeat_seconds=conf.WORKER_HEARTBEAT_SECONDS,
+        liveness_max_age=conf.LIVENESS_MAX_AGE_SECONDS,
+        readiness_db_max_age=conf.READINESS_DB_MAX_AGE_SECONDS,
+        health_file=options["health_file"],
+        version=VERSION,
+    )
+    if options["health_file"] is not None:
+        health.open_file()
+        stack.callback(health.remove_file)
+    if options["health_port"] is not None:
+        try:
+            server = HealthServer(
+                health, host=options["health_host"], port=options["health_port"]
+            ).start()
+        except OSError as error:
+            raise CommandError(f"cannot serve the health probes: {error}") from error
+        stack.callback(server.close)
+        if options["verbosity"] >= 1:
+            host, port = server.address
+            out = command.stderr if options["json"] else command.stdout
+            out.write(f"runledger worker health probes on http://{host}:{port}")
+    return health
 
 
 def _live(totals: dict[str, int]) -> str:
