@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import io
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db.backends.signals import connection_created
 
 from runledger_django import JobContext, healthcheck
@@ -232,3 +236,20 @@ def test_registry__row_beaten_while_running__deleted_on_clean_exit(
     assert WorkerRecord.objects.get(worker_id=worker_id).started_at == row.started_at
     running.finish()
     assert not WorkerRecord.objects.filter(worker_id=worker_id).exists()
+
+
+def test_command__health_port_taken__refused_before_the_worker_starts() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        with pytest.raises(CommandError, match="cannot serve the health probes"):
+            call_command(
+                "runledger_worker",
+                "--health-port",
+                port,
+                "--health-host",
+                "127.0.0.1",
+                stdout=io.StringIO(),
+            )
+    assert not WorkerRecord.objects.exists()
