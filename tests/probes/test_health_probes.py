@@ -108,11 +108,11 @@ def test_livez__every_handler_busy_for_many_windows__stays_200(
         {TYPE: blocking(started, release)},
         concurrency=2,
         reaper_interval=0.1,
-        health={"liveness_max_age": 0.5},
+        health={"liveness_max_age": 1.0},
     )
     wait_until(lambda: len(started) == 2, what="both handlers to run")
     statuses = []
-    deadline = time.monotonic() + 3.0  # six liveness windows with every handler busy
+    deadline = time.monotonic() + 4.0  # four liveness windows with every handler busy
     while time.monotonic() < deadline:
         statuses.append(running.probe("/livez"))
         time.sleep(0.05)

@@ -153,7 +153,7 @@ def test_sigkill__row_goes_stale__leaves_the_live_count__pruned_by_a_live_beat(
     spawn_worker: SpawnWorker,
 ) -> None:
     worker = spawn_worker(
-        "--job-type", NOOP, "--job-type", BLOCK, WORKER_HEARTBEAT_SECONDS=0.2, **FAST
+        "--job-type", NOOP, "--job-type", BLOCK, WORKER_HEARTBEAT_SECONDS=1, **FAST
     )
     worker.wait_for_line("runledger worker")
     row = wait_until(lambda: WorkerRecord.objects.first(), what="the worker's row")
@@ -167,7 +167,7 @@ def test_sigkill__row_goes_stale__leaves_the_live_count__pruned_by_a_live_beat(
 
     worker.process.send_signal(signal.SIGKILL)
     worker.process.wait(30)
-    # Three missed beats of 0.2 s: the row stays, the count drops.
+    # Three missed beats of 1 s: the row stays, the count drops.
     wait_until(lambda: live_workers_by_job_type() == {}, what="the row to go stale")
     killed: Any = WorkerRecord.objects.get(pk=row.pk)
     assert killed.last_heartbeat_at >= first_beat
