@@ -12,10 +12,9 @@ from django.core.checks import CheckMessage, Error, Tags, register
 from django.db import connections
 
 from .conf import DEFAULTS
+from .domain import MIN_SERVER_VERSION
 from .errors import RunledgerError
 from .validation import validate_job_type
-
-MIN_SERVER_VERSION = 150000
 
 
 def _is_int_in(value: object, low: int, high: int) -> bool:
@@ -88,6 +87,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _worker_setting_errors(raw)
     errors += _schedule_setting_errors(raw)
     errors += _metrics_setting_errors(raw)
+    errors += _probe_setting_errors(raw)
     return errors
 
 
@@ -219,6 +219,25 @@ def _metrics_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
                 id="runledger.E065",
             )
         )
+    return errors
+
+
+def _probe_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The probes' and the worker registry's settings (SPEC "Observability"); ids E080 up."""
+    errors: list[CheckMessage] = []
+    for key, check_id, optional in (
+        ("LIVENESS_MAX_AGE_SECONDS", "runledger.E080", True),
+        ("READINESS_DB_MAX_AGE_SECONDS", "runledger.E081", True),
+        ("WORKER_HEARTBEAT_SECONDS", "runledger.E082", False),
+        ("WORKER_RETENTION_SECONDS", "runledger.E083", False),
+    ):
+        if key not in raw or (optional and raw[key] is None):
+            continue
+        if not _is_seconds(raw[key]):
+            error = _seconds_error(key, check_id)
+            if optional:
+                error.msg = f"RUNLEDGER['{key}'] must be None or a positive, finite number."
+            errors.append(error)
     return errors
 
 

@@ -40,6 +40,11 @@ DEFAULTS: dict[str, Any] = {
     "METRICS_RUN_DURATION_BUCKETS": RUN_DURATION_BUCKETS,
     "METRICS_START_DELAY_BUCKETS": START_DELAY_BUCKETS,
     "METRICS_ERROR_CLASS_LABEL": False,
+    # probes and the worker registry
+    "LIVENESS_MAX_AGE_SECONDS": None,
+    "READINESS_DB_MAX_AGE_SECONDS": None,
+    "WORKER_HEARTBEAT_SECONDS": 15,
+    "WORKER_RETENTION_SECONDS": 86_400,
 }
 
 
@@ -188,6 +193,37 @@ class Settings:
         ``runledger_job_failures_total``. Off by default: classes are many and unbounded in
         principle; the product error code is the bounded label. Default: False."""
         return bool(self._get("METRICS_ERROR_CLASS_LABEL"))
+
+    # --- probes and the worker registry ---
+
+    @property
+    def LIVENESS_MAX_AGE_SECONDS(self) -> float | None:  # noqa: N802
+        """How long the worker's supervisor loop may go without a tick before ``/livez``
+        answers 503. None: the larger of 60 s, three poll intervals and two reaper intervals
+        (longer than any statement cap plus backoff, so a slow database never fails it).
+        Default: None."""
+        value = self._get("LIVENESS_MAX_AGE_SECONDS")
+        return None if value is None else float(value)
+
+    @property
+    def READINESS_DB_MAX_AGE_SECONDS(self) -> float | None:  # noqa: N802
+        """How old the worker's last successful database round trip may be for ``/readyz``
+        to answer 200. None: the larger of 30 s and twice the longest of the poll, reaper
+        and registry heartbeat intervals. Default: None."""
+        value = self._get("READINESS_DB_MAX_AGE_SECONDS")
+        return None if value is None else float(value)
+
+    @property
+    def WORKER_HEARTBEAT_SECONDS(self) -> float:  # noqa: N802
+        """How often a worker beats its ``runledger_workers`` row (one statement each). A row
+        that missed three beats reads as stale. Default: 15."""
+        return float(self._get("WORKER_HEARTBEAT_SECONDS"))
+
+    @property
+    def WORKER_RETENTION_SECONDS(self) -> float:  # noqa: N802
+        """How long a stale worker row (a SIGKILLed worker) stays visible before a live
+        worker's beat deletes it. Default: 86400 (a day)."""
+        return float(self._get("WORKER_RETENTION_SECONDS"))
 
 
 conf = Settings()

@@ -26,6 +26,9 @@ UQ_JOB_QUEUE_ORG = "uq_job_queue_type_idempotency_org"
 UQ_JOB_QUEUE_GLOBAL = "uq_job_queue_type_idempotency_global"
 FK_JOB_QUEUE_JOB_TYPE = "fk_job_queue_job_type"
 
+MIN_SERVER_VERSION = 150000
+"""The oldest PostgreSQL the product supports (the system check and runledger_check)."""
+
 PROMOTION_BATCH_LIMIT_MAX = 24
 """Savepoints per promotion pass: 24 x 2 subtransaction ids stays below PostgreSQL's 64-entry cache."""
 
@@ -710,3 +713,6 @@ class JobTypeQueueState:
     """PENDING intents whose promotion was deferred at least once."""
     oldest_intent_age_seconds: float = 0.0
     """Now minus the creation of the oldest PENDING intent; 0 when none."""
+    workers_live: int | None = None
+    """Live workers (fresh ``runledger_workers`` rows) serving the type; None for a folded
+    label, whose types' workers may overlap."""

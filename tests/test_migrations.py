@@ -29,6 +29,7 @@ from runledger_django.models import (
     JobExecutionResourceClaim,
     JobSchedule,
     ScheduleFire,
+    WorkerRecord,
 )
 from runledger_django.validation import WHITESPACE, is_blank
 from tests.conftest import TEST_JOB_TYPE, insert_raw_intent
@@ -648,6 +649,39 @@ CONTRACT_INDEXES.update(
 )
 
 
+# --- the worker registry (migration 0012) -----------------------------------------------------
+
+TABLES = sorted([*TABLES, "runledger_workers"])
+COLUMNS["runledger_workers"] = {
+    "worker_id": ("text", True, None),
+    "hostname": ("text", True, None),
+    "pid": ("integer", True, None),
+    "version": ("text", True, None),
+    "job_types": ("jsonb", True, None),
+    "concurrency": ("integer", True, None),
+    "heartbeat_seconds": ("double precision", True, None),
+    "started_at": ("timestamp with time zone", True, "now()"),
+    "last_heartbeat_at": ("timestamp with time zone", True, "now()"),
+}
+CONSTRAINTS.update(
+    {
+        "chk_workers_concurrency_positive": (
+            "runledger_workers",
+            "CHECK ((concurrency > 0))",
+        ),
+        "chk_workers_heartbeat_positive": (
+            "runledger_workers",
+            "CHECK ((heartbeat_seconds > (0.0)::double precision))",
+        ),
+        "chk_workers_job_types_array": (
+            "runledger_workers",
+            "CHECK ((jsonb_typeof(job_types) = 'array'::text))",
+        ),
+        "runledger_workers_pkey": ("runledger_workers", "PRIMARY KEY (worker_id)"),
+    }
+)
+
+
 def rows(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -773,6 +807,7 @@ def test_models__cover_every_column() -> None:
         JobExecutionResourceClaim,
         JobSchedule,
         ScheduleFire,
+        WorkerRecord,
     ):
         table = model._meta.db_table
         columns = {field.column for field in model._meta.concrete_fields}

@@ -36,6 +36,10 @@ for _key in (
     "WORKER_IDLE_POLL_SECONDS",
     "OUTAGE_LIMIT_SECONDS",
     "SCHEDULE_POLL_SECONDS",
+    "WORKER_HEARTBEAT_SECONDS",
+    "WORKER_RETENTION_SECONDS",
+    "LIVENESS_MAX_AGE_SECONDS",
+    "READINESS_DB_MAX_AGE_SECONDS",
 ):
     _value = _number(_key)
     if _value is not None:

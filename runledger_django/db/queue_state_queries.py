@@ -24,6 +24,7 @@ from typing import Final, LiteralString
 #   (job_type, status) prefix; a GROUP BY would walk the whole index, finished history included.
 # Ages are on the database clock (now(), the statement's transaction start) and count from
 # ``next_run_at``, never from creation (reference 2.1 rule 5).
+# The live workers come from runledger_workers (a row per worker process).
 # The definitions CTE is the one place a definition's own gauges (enabled, and later paused and
 # limits) are read; the fold keeps them only for a label that is exactly one definition.
 QUEUE_STATE: Final[LiteralString] = """
@@ -74,6 +75,16 @@ leased AS (
     WHERE job.status = 'LEASED'
     GROUP BY job.job_type
 ),
+-- Live workers per job type: runledger_workers holds one row per running worker process (a
+-- handful), each listing its job types; a row that missed its beats no longer counts.
+workers AS (
+    SELECT served.job_type, count(*) AS live
+    FROM runledger_workers worker
+    CROSS JOIN LATERAL jsonb_array_elements_text(worker.job_types) AS served (job_type)
+    WHERE worker.last_heartbeat_at
+          > now() - make_interval(secs => worker.heartbeat_seconds * %(stale_beats)s)
+    GROUP BY served.job_type
+),
 per_type AS (
     SELECT definitions.label,
            definitions.is_enabled,
@@ -88,10 +99,12 @@ per_type AS (
             WHERE dead.job_type = definitions.job_type AND dead.status = 'DEAD_LETTERED')
                AS dead_lettered,
            pending.oldest_due_at,
-           leased.oldest_leased_at
+           leased.oldest_leased_at,
+           COALESCE(workers.live, 0) AS workers_live
     FROM definitions
     LEFT JOIN pending ON pending.job_type = definitions.job_type
     LEFT JOIN leased ON leased.job_type = definitions.job_type
+    LEFT JOIN workers ON workers.job_type = definitions.job_type
 )
 SELECT label,
        count(*) AS definitions,
@@ -105,7 +118,8 @@ SELECT label,
        COALESCE(extract(epoch FROM now() - min(oldest_leased_at)), 0)::float8,
        sum(intents_pending)::bigint,
        sum(intents_retrying)::bigint,
-       COALESCE(extract(epoch FROM now() - min(oldest_intent_at)), 0)::float8
+       COALESCE(extract(epoch FROM now() - min(oldest_intent_at)), 0)::float8,
+       max(workers_live)::bigint
 FROM per_type
 GROUP BY label
 ORDER BY label

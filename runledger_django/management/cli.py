@@ -110,6 +110,11 @@ def queue_name(text: str) -> str:
     return value
 
 
+def port(text: str) -> int:
+    """A TCP port: 0 (any free port) to 65535."""
+    return _int_in(text, 0, 65_535, "port")
+
+
 def concurrency(text: str) -> int:
     """Handler threads of one worker: 1 to 256 (each holds a database connection)."""
     return _int_in(text, 1, 256, "concurrency")

@@ -39,6 +39,11 @@ DEFINITION_GAUGES: tuple[DefinitionGauge, ...] = (
         "1 when the job type's definition is enabled, else 0.",
         lambda state: None if state.enabled is None else float(state.enabled),
     ),
+    (
+        "runledger_workers_live",
+        "Live workers (a fresh runledger_workers row) serving the job type.",
+        lambda state: None if state.workers_live is None else float(state.workers_live),
+    ),
 )
 """Gauges read from a job type's own definition: (name, help, value). A value of None leaves
 the series out (a folded ``other`` label, or an unset limit: absent means unlimited). A new

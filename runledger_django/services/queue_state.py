@@ -8,6 +8,7 @@ from ..db import queue_state_queries
 from ..db.transaction import run_capped
 from ..domain import OTHER_JOB_TYPE_LABEL, JobTypeQueueState
 from ..errors import Code, RunledgerError
+from ..models.workers import STALE_BEATS
 from ._lease import DEFAULT_USING
 
 MAX_TYPE_LIMIT = 10_000
@@ -45,7 +46,11 @@ def read_queue_state(
     rows = run_capped(
         using,
         queue_state_queries.QUEUE_STATE,
-        {"type_limit": type_limit, "other_label": OTHER_JOB_TYPE_LABEL},
+        {
+            "type_limit": type_limit,
+            "other_label": OTHER_JOB_TYPE_LABEL,
+            "stale_beats": STALE_BEATS,
+        },
         lock_ms=timeout_ms,
         statement_ms=timeout_ms,
         context="read the queue state for metrics",
@@ -68,6 +73,7 @@ def _state(row: tuple[Any, ...]) -> JobTypeQueueState:
         intents_pending,
         intents_retrying,
         oldest_intent_age,
+        workers_live,
     ) = row
     single = int(definitions) == 1 and label != OTHER_JOB_TYPE_LABEL
     return JobTypeQueueState(
@@ -84,4 +90,5 @@ def _state(row: tuple[Any, ...]) -> JobTypeQueueState:
         intents_pending=int(intents_pending),
         intents_retrying=int(intents_retrying),
         oldest_intent_age_seconds=max(0.0, float(oldest_intent_age)),
+        workers_live=int(workers_live) if single else None,
     )

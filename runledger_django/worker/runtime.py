@@ -40,6 +40,7 @@ from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError, is_
 from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, SCHEDULES_CHANNEL, wake_after_commit
+from ..services.worker_registry import VERSION
 from ..uuid7 import uuid7
 from .completer import Completer, Refill
 from .execution import (
@@ -50,11 +51,13 @@ from .execution import (
     record_timeout,
     tidy_connections,
 )
+from .health import Health, worker_health
 from .heartbeat import Heartbeater
 from .listener import Listener
 from .metrics import NO_METRICS, WorkerMetrics
 from .registry import Registry
 from .scheduler import Scheduler, burst_schedules
+from .worker_registry import Presence
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +125,10 @@ class WorkerConfig:
     schedule_batch_size: int = 500
     using: str = "default"
     worker_id: str = field(default_factory=make_worker_id)
+    heartbeat_seconds: float = 15.0
+    """How often the loop beats the worker's ``runledger_workers`` row."""
+    registry_retention_seconds: float = 86_400.0
+    """Stale rows of other workers older than this are deleted by the beat."""
 
 
 @dataclass
@@ -197,6 +204,7 @@ class Worker:
         force: threading.Event | None = None,
         on_run: Callable[[JobRun], None] | None = None,
         metrics: WorkerMetrics | None = None,
+        health: Health | None = None,
     ) -> None:
         self.config = config
         self.metrics = metrics or NO_METRICS
@@ -247,6 +255,28 @@ class Worker:
         self.outage_error: OutageLimitExceededError | None = None
         self.scheduler: Scheduler | None = None
         self.listener: Listener | None = None
+        self.health = health or worker_health(
+            poll_interval=config.poll_interval,
+            reaper_interval=config.reaper_interval,
+            heartbeat_seconds=config.heartbeat_seconds,
+            version=VERSION,
+        )
+        """What the probes answer (worker/health.py): the loop's ticks, database round trips
+        and start; readiness ends the moment the stop flag (SIGTERM) is raised."""
+        self.health.attach(
+            stopping=self.stop.is_set, inflight=self.busy, worker_id=config.worker_id
+        )
+        self.presence = Presence(
+            worker_id=config.worker_id,
+            job_types=lambda: self.config.job_types,
+            concurrency=config.concurrency,
+            heartbeat_seconds=config.heartbeat_seconds,
+            retention_seconds=config.registry_retention_seconds,
+            using=config.using,
+            on_success=self.health.database_ok,
+            on_outage=self.note_outage,
+        )
+        """This worker's ``runledger_workers`` row, beaten by the loop."""
 
     # --- shared state ----------------------------------------------------------------------
 
@@ -261,6 +291,7 @@ class Worker:
 
     def note_outage(self) -> None:
         self.epoch = next(self._epochs)
+        self.health.database_failed()
 
     def poke(self) -> None:
         self.notified.set()
@@ -484,9 +515,11 @@ class Worker:
             reason = str(exceeded)
         except BaseException:
             self._shutdown(immediately=True)
+            self.presence.leave()
             raise
         gone = self.outage_error is not None
         self._shutdown(immediately=self.stuck or gone or self.force.is_set())
+        self.presence.leave()
         if self.stuck:
             return WorkerResult(EXIT_STUCK, self.counts.report(), reason)
         if self.outage_error is not None:
@@ -518,6 +551,7 @@ class Worker:
             self.stop.wait(self.outage.failed(error))
             return None
         self.outage.succeeded()
+        self.health.database_ok()
         return result
 
     def _refresh_job_types(self) -> bool:
@@ -540,6 +574,7 @@ class Worker:
     def _loop(self) -> str:
         config = self.config
         while self._with_database(self._refresh_job_types) is None:
+            self.health.tick()
             if self.stop.is_set():
                 return "stopped by signal"
         if config.burst and config.schedules:
@@ -547,6 +582,9 @@ class Worker:
             burst_schedules(
                 config.job_types, batch_size=config.schedule_batch_size, using=config.using
             )
+        self.presence.beat()
+        self.health.mark_started()
+        next_beat = time.monotonic() + config.heartbeat_seconds
         refresh = not config.fixed_job_types and bool(self.registry.sources())
         next_refresh = time.monotonic() + max(config.poll_interval, MIN_REFRESH_SECONDS)
         next_reap = time.monotonic()
@@ -558,7 +596,11 @@ class Worker:
         batch_until: float | None = None
         while not self.stop.is_set():
             self.metrics.tick(busy=self.busy(), concurrency=config.concurrency)
+            self.health.tick()
             now = time.monotonic()
+            if now >= next_beat:
+                next_beat = now + config.heartbeat_seconds
+                self.presence.beat()
             self._enforce_deadlines(now)
             if self.stuck:
                 return "a handler is stuck past its deadline and the grace period"
@@ -605,7 +647,9 @@ class Worker:
                 elif config.burst and idle:
                     return "burst finished: nothing due"
             self.wake.wait(
-                self._wait_seconds(next_poll, next_reap, hot_until, claim_more, batch_until)
+                self._wait_seconds(
+                    next_poll, min(next_reap, next_beat), hot_until, claim_more, batch_until
+                )
             )
             self.wake.clear()
         return "stopped" if self.outage_error is not None else "stopped by signal"
@@ -776,6 +820,7 @@ class Worker:
         self.promoter_wake.set()
         deadline = time.monotonic() + (0.0 if immediately else config.grace_seconds)
         while self._running() and time.monotonic() < deadline and not self.force.is_set():
+            self.health.tick()
             self._enforce_deadlines(time.monotonic())
             self.wake.wait(min(0.1, max(0.0, deadline - time.monotonic())))
             self.wake.clear()

@@ -364,3 +364,31 @@ def test_read_queue_state__one_statement(make_definition: MakeDefinition) -> Non
     assert [state.job_type for state in states] == [f"metrics.one_{n}" for n in range(5)]
     tagged = [q for q in queries.captured_queries if "runledger:queue_state" in q["sql"]]
     assert len(tagged) == 1
+
+
+def test_view__workers_live__fresh_rows_count_per_type_stale_ones_do_not(
+    make_definition: MakeDefinition,
+) -> None:
+    """The gauge the "no live worker for due jobs" alert reads: a worker counts for each type
+    it serves while its row is fresh, and stops counting once it missed its beats."""
+    from runledger_django.services.worker_registry import WorkerIdentity, beat_worker
+
+    make_definition(A)
+    make_definition(B)
+    for worker_id, types in (("w-both", [A, B]), ("w-a", [A]), ("w-dead", [A, B])):
+        beat_worker(
+            WorkerIdentity(worker_id=worker_id, job_types=types, concurrency=2),
+            heartbeat_seconds=10,
+            retention_seconds=3600,
+        )
+    run_sql(
+        "UPDATE runledger_workers SET last_heartbeat_at = now() - interval '31 seconds' "
+        "WHERE worker_id = 'w-dead'"
+    )
+
+    scrape = scrape_view()
+
+    assert scrape.series("runledger_workers_live") == {
+        frozenset({("job_type", A)}): 2.0,
+        frozenset({("job_type", B)}): 1.0,
+    }

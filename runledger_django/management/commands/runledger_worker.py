@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import threading
 from argparse import ArgumentParser
+from contextlib import ExitStack
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -13,7 +15,9 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import conf
 from ...domain import WorkReport
+from ...services.worker_registry import VERSION
 from ...worker.execution import JobRun
+from ...worker.health import Health, HealthServer, worker_health
 from ...worker.metrics import MetricsServer, start_metrics_server
 from ...worker.registry import autodiscover, load_task_backends, registry
 from ...worker.run import handled_job_types
@@ -77,6 +81,28 @@ class Command(BaseCommand):
             help="Print one JSON object per finished attempt (job_id, job_type, outcome, ...).",
         )
         parser.add_argument(
+            "--health-port",
+            type=cli.port,
+            default=None,
+            metavar="PORT",
+            help="Serve /livez, /readyz and /startupz on this port (0: any free port), answered "
+            "from memory without SQL.",
+        )
+        parser.add_argument(
+            "--health-host",
+            default="0.0.0.0",  # noqa: S104  (a kubelet probes the pod's address)
+            metavar="HOST",
+            help="The address the probes listen on (default 0.0.0.0).",
+        )
+        parser.add_argument(
+            "--health-file",
+            type=Path,
+            default=None,
+            metavar="PATH",
+            help="Rewrite this file from the worker loop (at most once a second) and remove it "
+            "on exit; check it with python -m runledger_django.healthcheck PATH.",
+        )
+        parser.add_argument(
             "--no-schedules",
             action="store_true",
             help="Do not run the scheduler (by default the worker syncs the declared schedules "
@@ -103,6 +129,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        with ExitStack() as stack:
+            health = _start_health(self, options, stack)
+            self._run(health, options)
+
+    def _run(self, health: Health, options: dict[str, Any]) -> None:
         verbosity: int = options["verbosity"]
         as_json: bool = options["json"]
         autodiscover()
@@ -139,6 +170,8 @@ class Command(BaseCommand):
             schedules=not options["no_schedules"],
             schedule_poll_seconds=conf.SCHEDULE_POLL_SECONDS,
             schedule_batch_size=conf.SCHEDULE_BATCH_SIZE,
+            heartbeat_seconds=conf.WORKER_HEARTBEAT_SECONDS,
+            registry_retention_seconds=conf.WORKER_RETENTION_SECONDS,
         )
         progress = cli.Progress(self.stdout, verbosity=0 if as_json else verbosity)
         out_lock = threading.Lock()
@@ -186,6 +219,7 @@ class Command(BaseCommand):
             force=force,
             on_run=on_run,
             metrics=server.metrics if server else None,
+            health=health,
         )
         with cli.runledger_errors(), cli.log_level_from_verbosity(verbosity):
             with cli.stop_on_signals(stop, force):
@@ -216,6 +250,36 @@ def _metrics_server(options: dict[str, Any]) -> MetricsServer | None:
         )
     except (ImproperlyConfigured, OSError) as error:
         raise CommandError(f"--metrics-port: {error}") from error
+
+
+def _start_health(command: BaseCommand, options: dict[str, Any], stack: ExitStack) -> Health:
+    """The probes' state, and the server and file reading it, before handler discovery (so
+    /startupz answers 503 while the app loads); both go when the command returns."""
+    health = worker_health(
+        poll_interval=conf.WORKER_POLL_INTERVAL,
+        reaper_interval=conf.REAPER_INTERVAL_SECONDS,
+        heartbeat_seconds=conf.WORKER_HEARTBEAT_SECONDS,
+        liveness_max_age=conf.LIVENESS_MAX_AGE_SECONDS,
+        readiness_db_max_age=conf.READINESS_DB_MAX_AGE_SECONDS,
+        health_file=options["health_file"],
+        version=VERSION,
+    )
+    if options["health_file"] is not None:
+        health.open_file()
+        stack.callback(health.remove_file)
+    if options["health_port"] is not None:
+        try:
+            server = HealthServer(
+                health, host=options["health_host"], port=options["health_port"]
+            ).start()
+        except OSError as error:
+            raise CommandError(f"cannot serve the health probes: {error}") from error
+        stack.callback(server.close)
+        if options["verbosity"] >= 1:
+            host, port = server.address
+            out = command.stderr if options["json"] else command.stdout
+            out.write(f"runledger worker health probes on http://{host}:{port}")
+    return health
 
 
 def _live(totals: dict[str, int]) -> str:
