@@ -10,20 +10,22 @@ lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin
 
 One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims,
 replay lineage), ``intents`` (enqueue intents), ``schedules`` (periodic schedules and their
-fire ledger), ``admin_pages`` (the proxies behind admin index entries). Every
+fire ledger), ``dashboard`` (the queue samples behind the dashboard's charts), ``admin_pages`` (the proxies behind admin index entries). Every
 model is re-exported here, so ``from runledger_django.models import Job`` keeps working.
 """
 
 from __future__ import annotations
 
 from ..domain import FK_INTENT_PROMOTED_JOB
-from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
+from .admin_pages import DashboardPage, DeadLetter, IntentMetricsPage, JobMetricsPage
+from .dashboard import QueueSample
 from .intents import JobEnqueueIntent
 from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim, JobReplay
 from .schedules import JobSchedule, ScheduleFire
 
 __all__ = [
     "FK_INTENT_PROMOTED_JOB",
+    "DashboardPage",
     "DeadLetter",
     "IntentMetricsPage",
     "Job",
@@ -35,5 +37,6 @@ __all__ = [
     "JobMetricsPage",
     "JobReplay",
     "JobSchedule",
+    "QueueSample",
     "ScheduleFire",
 ]
