@@ -152,7 +152,10 @@ def _axes(scale_top: float, fmt: Callable[[float], str], unit: str) -> str:
             f"{escape(fmt(scale_top * fraction))}</text>"
         )
     if unit:
-        out.append(f'<text class="unit" x="4" y="{PLOT_TOP - 12}">{escape(unit.strip())}</text>')
+        out.append(
+            f'<text class="unit" x="{WIDTH - PLOT_RIGHT}" y="15" text-anchor="end">'
+            f"{escape(unit.strip())}</text>"
+        )
     out.append("</g>")
     return "".join(out)
 
