@@ -182,13 +182,14 @@ def _render(page: Page, base: str, name: str, shots: list[Path]) -> dict[str, st
     expect(page.locator("#runledger-throughput figcaption")).to_contain_text(WAREHOUSE)
     shots.append(shot(page, f"dashboard-{name}-day-one-type"))
 
-    return page.evaluate(
+    colours: dict[str, str] = page.evaluate(
         """() => ({
             background: getComputedStyle(document.body).backgroundColor,
             bar: getComputedStyle(document.querySelector('rect.bar.succeeded')).fill,
             text: getComputedStyle(document.querySelector('.runledger-chart-svg text')).fill,
         })"""
     )
+    return colours
 
 
 def test_dashboard__light_and_dark__charts_drawn_themed_and_self_contained(
