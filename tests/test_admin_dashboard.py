@@ -13,16 +13,25 @@ sampled minute from the sampler's own report.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import itertools
+import json
+import os
 import re
+import signal
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 from django.test import Client
 from django.urls import reverse
@@ -37,6 +46,7 @@ from runledger_django.services.claim import claim_jobs
 from runledger_django.services.dashboard import queue_dashboard, sample_queue
 from runledger_django.services.lifecycle import complete_job_failure, complete_job_success
 from tests.conftest import MakeDefinition
+from tests.test_commands import _connection_kwargs
 
 pytestmark = pytest.mark.django_db
 
@@ -450,3 +460,63 @@ def test_sample_queue__inside_an_atomic_block__refused() -> None:
     with pytest.raises(RunledgerError) as info:
         sample_queue()
     assert info.value.code == "job.invalid_argument"
+
+
+# --- the sample_queue command -------------------------------------------------------------------
+
+
+def _sampled_then_signal(params: dict[str, Any], deadline: float) -> None:
+    """Wait until the loop's first pass committed its total row (or the deadline), then TERM."""
+    probe = psycopg.connect(**params, autocommit=True)
+    try:
+        while time.monotonic() < deadline:
+            row = probe.execute(
+                "SELECT count(*) FROM runledger_queue_samples WHERE job_type IS NULL"
+            ).fetchone()
+            if row is not None and row[0] > 0:
+                break
+            time.sleep(0.01)
+    finally:
+        probe.close()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sample_queue_command__json__one_pass_reported(make_definition: MakeDefinition) -> None:
+    make_definition(RECEIPT)
+    out = io.StringIO()
+    call_command("sample_queue", "--json", stdout=out)
+
+    report = json.loads(out.getvalue())
+    assert set(report) == {"sampled_at", "job_types", "pruned", "skipped"}
+    assert (report["job_types"], report["pruned"], report["skipped"]) == (1, 0, None)
+    assert report["sampled_at"].endswith("Z")
+    assert QueueSample.objects.filter(job_type=RECEIPT).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sample_queue_command__loop_then_sigterm__stops_after_its_pass(
+    make_definition: MakeDefinition,
+) -> None:
+    make_definition(RECEIPT)
+    previous = signal.getsignal(signal.SIGTERM)
+    killer = threading.Thread(
+        target=_sampled_then_signal, args=(_connection_kwargs(), time.monotonic() + 10)
+    )
+    killer.start()
+    out = io.StringIO()
+    try:
+        call_command("sample_queue", "--loop", "--interval", "0.05", stdout=out)
+    finally:
+        killer.join()
+
+    assert signal.getsignal(signal.SIGTERM) == previous
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("sampled 1 job types at ")
+    assert all(line.startswith(("sampled ", "skipped (done)")) for line in lines)
+    assert QueueSample.objects.filter(job_type__isnull=True).count() in {1, 2}
+
+
+def test_sample_queue_command__bad_interval__command_error() -> None:
+    with pytest.raises(CommandError, match="invalid interval"):
+        call_command("sample_queue", "--loop", "--interval", "0", stdout=io.StringIO())
