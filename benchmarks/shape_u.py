@@ -44,9 +44,9 @@ SAMPLE_DAYS = 7
 STATEMENTS = {
     "throughput": dashboard_queries.THROUGHPUT,
     "failures by code": dashboard_queries.FAILURES_BY_CODE,
-    "depth and age, every type": dashboard_queries.DEPTH_TOTAL,
-    "depth and age, one type": dashboard_queries.DEPTH_FOR_TYPE,
+    "depth and age": dashboard_queries.DEPTH_TOTAL,
 }
+"""Every type's statements; for one type, depth and age read DEPTH_FOR_TYPE instead."""
 
 
 def ensure_samples(ctx: Context) -> int:
@@ -118,9 +118,10 @@ def run(ctx: Context) -> None:
                 "job_type": job_type,
                 "top_codes": TOP_ERROR_CODES,
             }
-            for name, statement in STATEMENTS.items():
-                if ("one type" in name) != (job_type is not None) and "depth" in name:
-                    continue
+            chosen = dict(STATEMENTS)
+            if job_type is not None:
+                chosen["depth and age"] = dashboard_queries.DEPTH_FOR_TYPE
+            for name, statement in chosen.items():
 
                 def read(statement: str = statement, params: dict[str, Any] = params) -> object:
                     return run_capped(

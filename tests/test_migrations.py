@@ -674,8 +674,8 @@ CONSTRAINTS.update(
 CONTRACT_INDEXES.update(
     {
         "idx_queue_samples_sampled_at": "CREATE INDEX idx_queue_samples_sampled_at ON public.runledger_queue_samples USING btree (sampled_at, id)",
-        "uq_queue_samples_total_minute": "CREATE UNIQUE INDEX uq_queue_samples_total_minute ON public.runledger_queue_samples USING btree (sampled_at) WHERE (job_type IS NULL)",
-        "uq_queue_samples_type_minute": "CREATE UNIQUE INDEX uq_queue_samples_type_minute ON public.runledger_queue_samples USING btree (job_type, sampled_at) WHERE (job_type IS NOT NULL)",
+        "uq_queue_samples_total_minute": "CREATE UNIQUE INDEX uq_queue_samples_total_minute ON public.runledger_queue_samples USING btree (sampled_at) INCLUDE (due_count, scheduled_count, leased_count, oldest_due_age_seconds) WHERE (job_type IS NULL)",
+        "uq_queue_samples_type_minute": "CREATE UNIQUE INDEX uq_queue_samples_type_minute ON public.runledger_queue_samples USING btree (job_type, sampled_at) INCLUDE (due_count, scheduled_count, leased_count, oldest_due_age_seconds) WHERE (job_type IS NOT NULL)",
     }
 )
 

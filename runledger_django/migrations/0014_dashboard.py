@@ -9,10 +9,14 @@ ALTER TABLE runledger_queue_samples ADD CONSTRAINT chk_queue_samples_counts
     CHECK (due_count >= 0 AND scheduled_count >= 0 AND leased_count >= 0
            AND expired_lease_count >= 0 AND oldest_due_age_seconds >= 0);
 -- One sample per job type and minute, and one total (job_type NULL) per minute: a second
--- sampler in the same minute inserts nothing. Each serves the charts' time-bounded reads.
+-- sampler in the same minute inserts nothing. Each serves the charts' time-bounded reads as
+-- an index-only scan (the counts are included), whatever the physical order of the rows.
 CREATE UNIQUE INDEX uq_queue_samples_type_minute ON runledger_queue_samples
-    (job_type, sampled_at) WHERE job_type IS NOT NULL;
+    (job_type, sampled_at)
+    INCLUDE (due_count, scheduled_count, leased_count, oldest_due_age_seconds)
+    WHERE job_type IS NOT NULL;
 CREATE UNIQUE INDEX uq_queue_samples_total_minute ON runledger_queue_samples (sampled_at)
+    INCLUDE (due_count, scheduled_count, leased_count, oldest_due_age_seconds)
     WHERE job_type IS NULL;
 -- Retention removes the oldest samples first, whatever their type.
 CREATE INDEX idx_queue_samples_sampled_at ON runledger_queue_samples (sampled_at, id);
