@@ -101,10 +101,6 @@ class DashboardPageAdmin(AdminIndexEntry):
             "live": live,
             "row_limit": PAGE_LIMIT_MAX,
             "job_metrics_url": reverse(f"admin:{JOB_METRICS_URL_NAME}", current_app=site.name),
-            "changelist_url": reverse(
-                f"admin:{Job._meta.app_label}_{Job._meta.model_name}_changelist",
-                current_app=site.name,
-            ),
             "breadcrumbs_as_list": django.VERSION >= (6, 0),
         }
         return TemplateResponse(request, "admin/runledger/dashboard.html", context)
