@@ -716,3 +716,68 @@ class JobTypeQueueState:
     workers_live: int | None = None
     """Live workers (fresh ``runledger_workers`` rows) serving the type; None for a folded
     label, whose types' workers may overlap."""
+
+
+DashboardWindow: TypeAlias = Literal["hour", "day"]
+"""The dashboard's time windows: the last hour in one-minute buckets, the last day in
+five-minute buckets."""
+
+DASHBOARD_WINDOWS: Mapping[str, tuple[int, int]] = {"hour": (60, 60), "day": (300, 288)}
+"""Each window's bucket width in seconds and its number of buckets."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorCodeSeries:
+    """Failed attempts per bucket under one error code; ``code`` None folds every code beyond
+    the top few into one "other" series."""
+
+    code: str | None
+    counts: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDashboard:
+    """The dashboard's time series over one window, one value per bucket (oldest first).
+
+    Throughput and failures come from the attempts' finish times. Depth and oldest-due age come
+    from the queue samples (``runledger_queue_samples``), the last sample in each bucket (the
+    highest age): None where no sample was taken, which differs from an empty queue (0).
+    """
+
+    window: DashboardWindow
+    job_type: str | None
+    """The one job type shown, or None for every type together."""
+    bucket_seconds: int
+    bucket_starts: tuple[dt.datetime, ...]
+    generated_at: dt.datetime
+    succeeded: tuple[int, ...]
+    retried: tuple[int, ...]
+    dead_lettered: tuple[int, ...]
+    failures_by_code: tuple[ErrorCodeSeries, ...]
+    due: tuple[int | None, ...]
+    scheduled: tuple[int | None, ...]
+    leased: tuple[int | None, ...]
+    oldest_due_age_seconds: tuple[float | None, ...]
+
+    @property
+    def sampled(self) -> bool:
+        """Whether any queue sample fell in the window (the sampler runs)."""
+        return any(value is not None for value in self.due)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSampleReport:
+    """One sampler pass: the minute it recorded (None when skipped), the rows it wrote (one per
+    job type, and the total), and the expired samples it removed."""
+
+    sampled_at: dt.datetime | None
+    job_types: int
+    pruned: int
+    skipped: str | None = None
+    """Why nothing was written: ``"locked"`` (another pass holds the lock) or ``"done"``
+    (this minute is already sampled)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["sampled_at"] = format_timestamp(self.sampled_at)
+        return data

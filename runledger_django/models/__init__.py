@@ -10,7 +10,7 @@ lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin
 
 One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims,
 replay lineage), ``intents`` (enqueue intents), ``schedules`` (periodic schedules and their
-fire ledger), ``workers`` (the worker registry), ``admin_pages`` (the proxies behind admin
+fire ledger), ``workers`` (the worker registry), ``dashboard`` (the queue samples behind the dashboard's charts), ``admin_pages`` (the proxies behind admin
 index entries). Every model is re-exported here, so ``from runledger_django.models import
 Job`` keeps working.
 """
@@ -18,7 +18,8 @@ Job`` keeps working.
 from __future__ import annotations
 
 from ..domain import FK_INTENT_PROMOTED_JOB
-from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
+from .admin_pages import DashboardPage, DeadLetter, IntentMetricsPage, JobMetricsPage
+from .dashboard import QueueSample
 from .intents import JobEnqueueIntent
 from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim, JobReplay
 from .schedules import JobSchedule, ScheduleFire
@@ -26,6 +27,7 @@ from .workers import WorkerRecord
 
 __all__ = [
     "FK_INTENT_PROMOTED_JOB",
+    "DashboardPage",
     "DeadLetter",
     "IntentMetricsPage",
     "Job",
@@ -37,6 +39,7 @@ __all__ = [
     "JobMetricsPage",
     "JobReplay",
     "JobSchedule",
+    "QueueSample",
     "ScheduleFire",
     "WorkerRecord",
 ]

@@ -40,3 +40,14 @@ class DeadLetter(Job):
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
         default_permissions = ()
+
+
+class DashboardPage(Job):
+    """The dashboard's entry on the admin index (throughput, failures, depth and age charts).
+    A proxy without permissions of its own: viewing it takes the view permission on jobs."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dashboard"
+        verbose_name_plural = "dashboard"
+        default_permissions = ()

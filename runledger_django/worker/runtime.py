@@ -35,6 +35,7 @@ from ..services.claim import (
     ensure_job_definitions,
     seconds_until_due,
 )
+from ..services.dashboard import sample_queue
 from ..services.lifecycle import hand_back_leases
 from ..services.outage import EXIT_OUTAGE, Outage, OutageLimitExceededError, is_outage
 from ..services.promotion import promote_intents
@@ -77,6 +78,10 @@ drain rate; an idle or shallow queue never waits."""
 IDLE_CHECK_SECONDS = 5.0
 """An executor idle this long checks its connections before the next handler runs."""
 MIN_REFRESH_SECONDS = 5.0
+QUEUE_SAMPLE_SECONDS = 60.0
+"""How often a worker offers the dashboard's queue sample (a minute already sampled by
+another worker costs one short transaction)."""
+INFINITY = float("inf")
 """At most this often a worker re-reads job types its sources find at run time."""
 COMPLETION_WAIT_SECONDS = 15.0
 """At shutdown, how long the worker waits for atomic completions already writing their commit
@@ -116,6 +121,9 @@ class WorkerConfig:
     retry coming due). The worker then asks when the next job comes due and claims only then.
     None: claim every ``poll_interval`` (always so where notifications cannot arrive)."""
     reaper_interval: float = 15.0
+    sample_queue: bool = False
+    """Record the queue's depth for the admin dashboard about once a minute (every worker may:
+    one of them samples a minute, the others skip it)."""
     outage_limit: float = 300.0
     listen: bool = True
     promotion_batch_size: int = 500
@@ -588,6 +596,7 @@ class Worker:
         refresh = not config.fixed_job_types and bool(self.registry.sources())
         next_refresh = time.monotonic() + max(config.poll_interval, MIN_REFRESH_SECONDS)
         next_reap = time.monotonic()
+        next_sample = time.monotonic() if config.sample_queue and not config.burst else INFINITY
         next_poll = 0.0
         hot_until = 0.0
         claim_more = True
@@ -607,6 +616,10 @@ class Worker:
             if now >= next_reap:
                 if self._with_database(self._reap) is not None:
                     next_reap = time.monotonic() + config.reaper_interval
+                continue
+            if now >= next_sample:
+                self._sample_queue()
+                next_sample = time.monotonic() + QUEUE_SAMPLE_SECONDS
                 continue
             if refresh and now >= next_refresh:
                 if self._with_database(self._refresh_job_types) is not None:
@@ -648,11 +661,26 @@ class Worker:
                     return "burst finished: nothing due"
             self.wake.wait(
                 self._wait_seconds(
-                    next_poll, min(next_reap, next_beat), hot_until, claim_more, batch_until
+                    next_poll,
+                    min(next_reap, next_beat, next_sample),
+                    hot_until,
+                    claim_more,
+                    batch_until,
                 )
             )
             self.wake.clear()
         return "stopped" if self.outage_error is not None else "stopped by signal"
+
+    def _sample_queue(self) -> None:
+        """The dashboard's sample: a failure costs a gap in a chart, never the worker's work,
+        so it is logged and the loop goes on (an outage is noted, as any statement's is)."""
+        try:
+            sample_queue(using=self.config.using)
+        except RunledgerError as error:
+            if is_outage(error):
+                self.note_outage()
+            connections[self.config.using].close_if_unusable_or_obsolete()
+            logger.warning("sampling the queue for the dashboard failed error_code=%s", error.code)
 
     def _idle_poll_seconds(self) -> float:
         """The idle poll: ``idle_poll_interval`` while notifications reach this worker (the

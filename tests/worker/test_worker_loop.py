@@ -11,6 +11,7 @@ All tests are ``transaction=True``: workers commit in their own connections.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 import uuid
@@ -614,3 +615,19 @@ def test_worker__outage_seen_by_the_loop__executors_reconnect_before_their_next_
 
     assert [a["failure_kind"] for a in attempt_rows(second)] == [None]
     assert backends[1] != backends[0]
+
+
+def test_worker__sample_queue_on__records_the_dashboards_minute(
+    enqueue: Enqueue, start_worker: StartWorker
+) -> None:
+    """A worker offers the dashboard's queue sample from its loop, so the depth and age charts
+    fill without a separate sampler process."""
+    from runledger_django.models import QueueSample
+
+    enqueue({"n": 1}, next_run_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    running = start_worker({TYPE: lambda job: job.payload}, sample_queue=True)
+
+    wait_until(lambda: QueueSample.objects.filter(job_type=TYPE).exists(), what="a sample")
+    sample = QueueSample.objects.get(job_type=TYPE)
+    assert (sample.due_count, sample.scheduled_count) == (0, 1)
+    assert running.finish().exit_code == EXIT_OK

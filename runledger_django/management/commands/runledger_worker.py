@@ -122,6 +122,12 @@ class Command(BaseCommand):
             help="The address the metrics port listens on (default 0.0.0.0).",
         )
         parser.add_argument(
+            "--no-queue-samples",
+            action="store_true",
+            help="Do not record the queue's depth for the admin dashboard (once a minute; "
+            "any one worker or `manage.py sample_queue --loop` is enough).",
+        )
+        parser.add_argument(
             "--collect-queue-metrics",
             action="store_true",
             help="Also serve the queue gauges (read from the database at scrape time) on the "
@@ -164,6 +170,7 @@ class Command(BaseCommand):
             # Without notifications from the enqueuers, polling is how work is found.
             idle_poll_interval=conf.WORKER_IDLE_POLL_SECONDS if conf.WAKEUP_NOTIFY else None,
             reaper_interval=conf.REAPER_INTERVAL_SECONDS,
+            sample_queue=not options["no_queue_samples"],
             outage_limit=conf.OUTAGE_LIMIT_SECONDS,
             listen=conf.WORKER_LISTEN,
             promotion_batch_size=conf.PROMOTION_BATCH_SIZE,
