@@ -221,11 +221,19 @@ def _server_version(options: SystemCheckOptions, using: str) -> CheckOutcome:
 
 def _migrations(options: SystemCheckOptions, using: str) -> CheckOutcome:
     try:
-        executor = MigrationExecutor(connections[using])
-        plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        loader = MigrationExecutor(connections[using]).loader
     except DatabaseError as exc:
         raise classify(exc, "read the applied migrations") from exc
-    unapplied = [f"{migration.app_label}.{migration.name}" for migration, _ in plan]
+    # Every node, not the plan to the leaves: a migration whose row is missing while a later
+    # one's is present (a hand-edited history, a half-restored backup) must show too, and a
+    # plan to an applied leaf would skip it.
+    applied = set(loader.applied_migrations or ())
+    unapplied: list[str] = []
+    for leaf in loader.graph.leaf_nodes():
+        for node in loader.graph.forwards_plan(leaf):
+            name = f"{node[0]}.{node[1]}"
+            if node not in applied and name not in unapplied:
+                unapplied.append(name)
     if unapplied:
         return _failed(
             "migrations", f"{len(unapplied)} migrations not applied", unapplied=unapplied

@@ -82,6 +82,8 @@ QUEUE_SAMPLE_SECONDS = 60.0
 """How often a worker offers the dashboard's queue sample (a minute already sampled by
 another worker costs one short transaction)."""
 INFINITY = float("inf")
+THREAD_JOIN_SECONDS = 5.0
+"""How long a stopped worker waits for its threads to end before ``run`` returns."""
 """At most this often a worker re-reads job types its sources find at run time."""
 COMPLETION_WAIT_SECONDS = 15.0
 """At shutdown, how long the worker waits for atomic completions already writing their commit
@@ -528,11 +530,23 @@ class Worker:
         gone = self.outage_error is not None
         self._shutdown(immediately=self.stuck or gone or self.force.is_set())
         self.presence.leave()
+        if not self.stuck:
+            self._join_threads()
         if self.stuck:
             return WorkerResult(EXIT_STUCK, self.counts.report(), reason)
         if self.outage_error is not None:
             return WorkerResult(EXIT_OUTAGE, self.counts.report(), str(self.outage_error))
         return WorkerResult(EXIT_OK, self.counts.report(), reason)
+
+    def _join_threads(self) -> None:
+        """Let the threads end (each closes its database connections as it does), so a
+        caller that drops the database or exits right after ``run`` finds no session of this
+        worker left. A handler still running past the handback is waited for only briefly:
+        its thread is a daemon."""
+        deadline = time.monotonic() + THREAD_JOIN_SECONDS
+        for thread in self.threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
 
     def _start(self, thread: threading.Thread) -> None:
         thread.daemon = True  # a stuck handler must not keep the process alive
@@ -846,6 +860,8 @@ class Worker:
         with self.dispatch_lock:
             self.background_stop.set()
         self.promoter_wake.set()
+        if self.scheduler is not None:
+            self.scheduler.poke()  # it sleeps until its next cursor otherwise
         deadline = time.monotonic() + (0.0 if immediately else config.grace_seconds)
         while self._running() and time.monotonic() < deadline and not self.force.is_set():
             self.health.tick()
