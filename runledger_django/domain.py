@@ -138,6 +138,9 @@ class EnqueueRequest:
     execution_resource_key: str | None
     snapshot_json: str
     """Canonical request snapshot v1 as JSON text; compared with jsonb ``=`` in PostgreSQL."""
+    trace_context: str | None = None
+    """The enqueuing span's propagation fields as JSON text, stored beside the row and never
+    in the snapshot (services/tracing.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
