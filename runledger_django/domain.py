@@ -347,6 +347,8 @@ class ClaimedJob:
     lease_expires_at: dt.datetime
     decode_error: str | None = None
     """Why the stored payload or checkpoint could not be decoded; such a job dead-letters."""
+    trace_context: str | None = None
+    """The enqueuing span's propagation fields as JSON text (services/tracing.py)."""
 
     @property
     def deadline(self) -> dt.datetime:

@@ -292,6 +292,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         checkpoint_text,
         claimed_at,
         lease_expires_at,
+        trace_context,
     ) = row
     decode_error = None
     try:
@@ -318,4 +319,5 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         claimed_at=claimed_at,
         lease_expires_at=lease_expires_at,
         decode_error=decode_error,
+        trace_context=trace_context,
     )

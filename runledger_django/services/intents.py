@@ -25,6 +25,7 @@ from ..validation import (
     validate_status_filter,
     validate_uuid_argument,
 )
+from . import tracing
 from ._owned import join_or_own
 from ._scope import checked_scope_kind
 from .wakeup import INTENTS_CHANNEL, wake_after_commit
@@ -86,7 +87,12 @@ def record_intent(
         execution_resource_key=execution_resource_key,
         for_intent=True,
     )
-    return record_prepared(request, intent_id=uuid7(), using=using)
+    return tracing.produce(
+        "create",
+        "record_intent",
+        request,
+        lambda traced: record_prepared(traced, intent_id=uuid7(), using=using),
+    )
 
 
 def record_prepared(

@@ -27,8 +27,9 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from ..domain import IntentOutcome, JSONValue, TargetSpec
+from ..domain import EnqueueRequest, IntentOutcome, JSONValue, TargetSpec
 from ..errors import Code, RunledgerError
+from ..services import tracing
 from ..uuid7 import uuid7
 from ..validation import prepare_enqueue, validate_idempotency_key
 from ..worker.registry import registry
@@ -329,9 +330,12 @@ class RunledgerTaskBackend(BaseTaskBackend):
                 using=database,
             )
 
-        outcome = _record_prepared()(
-            request, intent_id=intent_id, using=database, on_missing_definition=make_definition
-        )
+        def record(traced: EnqueueRequest) -> IntentOutcome:
+            return _record_prepared()(
+                traced, intent_id=intent_id, using=database, on_missing_definition=make_definition
+            )
+
+        outcome = tracing.produce("create", "django.tasks", request, record)
         if outcome.disposition != "inserted":
             return self._read(outcome.intent_id, task=task)
         task_enqueued.send(type(self), task_result=result)
