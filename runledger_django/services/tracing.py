@@ -25,8 +25,7 @@ Attribute names follow OpenTelemetry's messaging conventions (``messaging.*``); 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
@@ -133,9 +132,19 @@ def produce(
         "messaging.destination.name": request.job_type,
         "runledger.api": api,
     }
-    with _span(tracer, f"{operation} {request.job_type}", SpanKind.PRODUCER, attributes) as span:
+    with tracer.start_as_current_span(
+        f"{operation} {request.job_type}",
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
         carrier = current_carrier()
-        outcome = send(request if carrier is None else replace(request, trace_context=carrier))
+        try:
+            outcome = send(request if carrier is None else replace(request, trace_context=carrier))
+        except BaseException as exc:
+            _failed(span, exc)
+            raise
         if span.is_recording():
             _describe_enqueue(span, outcome)
         return outcome
@@ -215,19 +224,30 @@ def process(claimed: ClaimedJob, run: Callable[[], R]) -> R:
         "runledger.job.run_number": lease.run_number,
     }
     parent, links = _run_parent(claimed.trace_context)
-    token = otel_context.attach(parent)
+    span = tracer.start_span(
+        f"process {claimed.job_type}",
+        context=parent,
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+        links=links,
+    )
+    # One attach: the span and, in "link" mode, the restored baggage become current together.
+    token = otel_context.attach(trace.set_span_in_context(span, parent))
     try:
-        name = f"process {claimed.job_type}"
-        with _span(tracer, name, SpanKind.CONSUMER, attributes, links) as span:
-            result = run()
-            span.set_attribute("runledger.job.outcome", result.outcome)
-            if result.outcome in FAILED_OUTCOMES:
-                code = result.error_code or result.outcome
-                span.set_attribute("error.type", code)
-                span.set_status(StatusCode.ERROR, code)
-            return result
+        result = run()
+    except BaseException as exc:
+        _failed(span, exc)
+        raise
+    else:
+        span.set_attribute("runledger.job.outcome", result.outcome)
+        if result.outcome in FAILED_OUTCOMES:
+            code = result.error_code or result.outcome
+            span.set_attribute("error.type", code)
+            span.set_status(StatusCode.ERROR, code)
+        return result
     finally:
         otel_context.detach(token)
+        span.end()
 
 
 def _run_parent(stored: str | None) -> tuple[Any, list[Any]]:
@@ -257,32 +277,13 @@ def _run_parent(stored: str | None) -> tuple[Any, list[Any]]:
 # --- spans ----------------------------------------------------------------------------------
 
 
-@contextmanager
-def _span(
-    tracer: Tracer,
-    name: str,
-    kind: SpanKind,
-    attributes: Mapping[str, Any],
-    links: list[Any] | None = None,
-) -> Iterator[Span]:
-    """A current span that records a product error by its code: ``error.type`` is the
-    ``RunledgerError`` code (a stable, low-cardinality value), else the exception's class."""
-    with tracer.start_as_current_span(
-        name,
-        kind=kind,
-        attributes=attributes,
-        links=links,
-        record_exception=False,
-        set_status_on_exception=False,
-    ) as span:
-        try:
-            yield span
-        except BaseException as exc:
-            if isinstance(exc, RunledgerError):
-                error_type = exc.code
-            else:
-                error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
-                span.record_exception(exc)
-            span.set_attribute("error.type", error_type)
-            span.set_status(StatusCode.ERROR, error_type)
-            raise
+def _failed(span: Span, exc: BaseException) -> None:
+    """Error status and ``error.type``: the ``RunledgerError`` code (stable, few values), else
+    the exception's class, whose exception event is recorded too."""
+    if isinstance(exc, RunledgerError):
+        error_type = exc.code
+    else:
+        error_type = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        span.record_exception(exc)
+    span.set_attribute("error.type", error_type)
+    span.set_status(StatusCode.ERROR, error_type)

@@ -8,6 +8,7 @@ each run, linked to (or, by setting, a child of) the span that enqueued the job.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import uuid
 from typing import Any
@@ -26,6 +27,7 @@ from runledger_django import (
     record_intent,
     run_jobs,
 )
+from runledger_django.domain import ClaimedJob, JobLease
 from runledger_django.models import Job, JobAttempt, JobEnqueueIntent
 from runledger_django.services import tracing
 from runledger_django.worker.context import JobContext
@@ -399,3 +401,35 @@ def test_run__handler_succeeds__no_error_type_and_status_unset(
     process = spans.one(f"process {TYPE}")
     assert "error.type" not in attributes(process)
     assert process.status.status_code == StatusCode.UNSET
+
+
+def test_process__the_run_itself_raises__error_type_is_the_class_and_it_propagates(
+    spans: Spans,
+) -> None:
+    """``execute`` never raises for a handler; if the worker's own code does, the span still
+    ends, with the exception's class as ``error.type``."""
+    now = dt.datetime.now(dt.UTC)
+    claimed = ClaimedJob(
+        lease=JobLease(job_id=uuid.uuid4(), run_number=1, attempt=1, worker_id="w"),
+        job_type=TYPE,
+        organization_id=None,
+        payload={},
+        max_attempts=3,
+        timeout_seconds=60,
+        checkpoint=None,
+        claimed_at=now,
+        lease_expires_at=now,
+        trace_context="not json",  # a hand-edited row: ignored, never fatal
+    )
+
+    def explode() -> Any:
+        raise KeyError("worker bug")
+
+    with pytest.raises(KeyError):
+        tracing.process(claimed, explode)
+
+    process = spans.one(f"process {TYPE}")
+    assert attributes(process)["error.type"] == "builtins.KeyError"
+    assert process.status.status_code == StatusCode.ERROR
+    assert [event.name for event in process.events] == ["exception"]
+    assert (process.parent, list(process.links)) == (None, [])
