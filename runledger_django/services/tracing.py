@@ -17,6 +17,8 @@ stored, and the hot paths pay one check. Call sites hand it the work to wrap:
   enqueuing span (``TRACING_RUN_PARENT = "link"``), joins its trace (``"child"``) or neither
   (``"none"``). A failed attempt sets error status and ``error.type`` to the product error
   code.
+- ``promotion``: a promotion pass that moved intents is a CLIENT span ``send`` with
+  ``messaging.batch.message_count``; idle passes leave none.
 
 Attribute names follow OpenTelemetry's messaging conventions (``messaging.*``); the rest are
 ``runledger.*``. Docs: docs/tracing.md.
@@ -25,13 +27,20 @@ Attribute names follow OpenTelemetry's messaging conventions (``messaging.*``); 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from importlib import metadata
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
-from ..conf import conf
-from ..domain import ClaimedJob, EnqueueOutcome, EnqueueRequest, IntentOutcome
+from ..conf import DEFAULTS, conf
+from ..domain import (
+    ClaimedJob,
+    EnqueueOutcome,
+    EnqueueRequest,
+    IntentOutcome,
+    PromotionReport,
+)
 from ..errors import RunledgerError
 
 if TYPE_CHECKING:
@@ -79,19 +88,39 @@ _tracer_of: tuple[object, Tracer] | None = None
 every ``get_tracer``)."""
 
 
-def _tracer() -> Tracer | None:
-    """The tracer to record with, or None when nothing can be recorded."""
+class _Tracing(NamedTuple):
+    """The tracer to record with and the settings of this call."""
+
+    tracer: Tracer
+    run_parent: str
+    baggage: bool
+
+
+def _tracing() -> _Tracing | None:
+    """The tracer and the tracing settings, or None when nothing can be recorded.
+
+    ``settings.RUNLEDGER`` is read once: each ``conf`` property reads it again, which costs
+    about 3 µs apiece while the dict is unset (Django's settings object looks a missing name
+    up anew every time), and a run would read three of them.
+    """
     global _tracer_of
     if trace is None:
         return None
     provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider) or not conf.TRACING_ENABLED:
+    if isinstance(provider, trace.ProxyTracerProvider):
         return None  # no SDK set up: the API's placeholder would only make invalid spans
+    raw = conf.raw
+    if not raw.get("TRACING_ENABLED", DEFAULTS["TRACING_ENABLED"]):
+        return None
     remembered = _tracer_of
     if remembered is None or remembered[0] is not provider:
         remembered = (provider, provider.get_tracer(TRACER_NAME, _version()))
         _tracer_of = remembered
-    return remembered[1]
+    return _Tracing(
+        tracer=remembered[1],
+        run_parent=str(raw.get("TRACING_RUN_PARENT", DEFAULTS["TRACING_RUN_PARENT"])),
+        baggage=bool(raw.get("TRACING_BAGGAGE", DEFAULTS["TRACING_BAGGAGE"])),
+    )
 
 
 def _version() -> str:
@@ -104,7 +133,7 @@ def _version() -> str:
 
 def active() -> bool:
     """Whether spans are recorded now (the hooks' cheap guard)."""
-    return _tracer() is not None
+    return _tracing() is not None
 
 
 # --- enqueues -------------------------------------------------------------------------------
@@ -122,8 +151,8 @@ def produce(
     ``api`` names the caller (``runledger.api``: ``record_intent``, ``enqueue_job``,
     ``django.tasks``). Whatever ``send`` raises is raised unchanged, after the span records it.
     """
-    tracer = _tracer()
-    if tracer is None:
+    tracing = _tracing()
+    if tracing is None:
         return send(request)
     attributes: dict[str, Any] = {
         "messaging.system": MESSAGING_SYSTEM,
@@ -132,14 +161,14 @@ def produce(
         "messaging.destination.name": request.job_type,
         "runledger.api": api,
     }
-    with tracer.start_as_current_span(
+    with tracing.tracer.start_as_current_span(
         f"{operation} {request.job_type}",
         kind=SpanKind.PRODUCER,
         attributes=attributes,
         record_exception=False,
         set_status_on_exception=False,
     ) as span:
-        carrier = current_carrier()
+        carrier = current_carrier(baggage=tracing.baggage)
         try:
             outcome = send(request if carrier is None else replace(request, trace_context=carrier))
         except BaseException as exc:
@@ -162,12 +191,12 @@ def _describe_enqueue(span: Span, outcome: object) -> None:
         span.set_attribute("runledger.disposition", disposition)
 
 
-def current_carrier() -> str | None:
+def current_carrier(*, baggage: bool) -> str | None:
     """The current context's propagation fields, as the JSON text stored beside a row, or
     None when there is nothing to store (no valid span, or every field dropped)."""
     carrier: dict[str, str] = {}
     propagate.inject(carrier)
-    return encode_carrier(carrier, baggage=conf.TRACING_BAGGAGE)
+    return encode_carrier(carrier, baggage=baggage)
 
 
 def encode_carrier(carrier: Mapping[str, str], *, baggage: bool) -> str | None:
@@ -203,14 +232,67 @@ def _decode_carrier(text: str | None) -> dict[str, str]:
     return {str(k): v for k, v in value.items() if isinstance(v, str)}
 
 
+# --- promotion --------------------------------------------------------------------------------
+
+
+def promotion(run: Callable[[], PromotionReport]) -> PromotionReport:
+    """Run one promotion pass; a pass that moved intents (or failed) is a CLIENT span
+    ``send`` with ``messaging.batch.message_count``. An idle pass leaves no span: a promoter
+    polls, and a span per empty look would be noise, so the span is made once the pass is
+    over, with the pass's start time. It links to no intent (their contexts stay on the rows;
+    each job's run links to its own)."""
+    tracing = _tracing()
+    if tracing is None:
+        return run()
+    tracer = tracing.tracer
+    started = time.time_ns()
+    try:
+        report = run()
+    except BaseException as exc:
+        span = tracer.start_span(
+            "send", kind=SpanKind.CLIENT, start_time=started, attributes=_PROMOTION
+        )
+        _failed(span, exc)
+        span.end()
+        raise
+    counts = {
+        "runledger.promotion.inserted_jobs": report.inserted_jobs,
+        "runledger.promotion.existing_jobs": report.existing_jobs,
+        "runledger.promotion.conflicted": report.conflicted,
+        "runledger.promotion.definition_became_unavailable": (report.definition_became_unavailable),
+        "runledger.promotion.retry_deferred": report.retry_deferred,
+    }
+    if any(counts.values()):
+        span = tracer.start_span(
+            "send",
+            kind=SpanKind.CLIENT,
+            start_time=started,
+            attributes={
+                **_PROMOTION,
+                "messaging.batch.message_count": report.total_promoted,
+                **counts,
+            },
+        )
+        span.end()
+    return report
+
+
+_PROMOTION: Mapping[str, Any] = {
+    "messaging.system": MESSAGING_SYSTEM,
+    "messaging.operation.name": "send",
+    "messaging.operation.type": "send",
+    "runledger.api": "promote_intents",
+}
+
+
 # --- runs -----------------------------------------------------------------------------------
 
 
 def process(claimed: ClaimedJob, run: Callable[[], R]) -> R:
     """Run ``run`` (one attempt of ``claimed``) inside its CONSUMER span, current while the
     handler runs; the span's status and ``error.type`` come from the run's outcome."""
-    tracer = _tracer()
-    if tracer is None:
+    tracing = _tracing()
+    if tracing is None:
         return run()
     lease = claimed.lease
     attributes: dict[str, Any] = {
@@ -223,8 +305,8 @@ def process(claimed: ClaimedJob, run: Callable[[], R]) -> R:
         "runledger.job.attempt": lease.attempt,
         "runledger.job.run_number": lease.run_number,
     }
-    parent, links = _run_parent(claimed.trace_context)
-    span = tracer.start_span(
+    parent, links = _run_parent(claimed.trace_context, tracing)
+    span = tracing.tracer.start_span(
         f"process {claimed.job_type}",
         context=parent,
         kind=SpanKind.CONSUMER,
@@ -250,17 +332,17 @@ def process(claimed: ClaimedJob, run: Callable[[], R]) -> R:
         span.end()
 
 
-def _run_parent(stored: str | None) -> tuple[Any, list[Any]]:
+def _run_parent(stored: str | None, tracing: _Tracing) -> tuple[Any, list[Any]]:
     """The context a run's span starts in, and its links, from the job's stored context.
 
     Never the worker thread's current context: a run is not part of whatever the worker did
     before it.
     """
     carrier = _decode_carrier(stored)
-    with_baggage = conf.TRACING_BAGGAGE
+    with_baggage = tracing.baggage
     if not with_baggage:
         carrier.pop("baggage", None)
-    mode = conf.TRACING_RUN_PARENT
+    mode = tracing.run_parent
     if not carrier or mode == "none":
         return otel_context.Context(), []
     extracted = propagate.extract(carrier, context=otel_context.Context())

@@ -161,6 +161,34 @@ def test_record_intent__promoted__the_job_carries_the_intents_context(spans: Spa
     )
 
 
+def test_promote__a_pass_that_promoted__one_client_send_span_with_the_batch_count(
+    spans: Spans,
+) -> None:
+    for key in ("a", "b", "c"):
+        record(key)
+    record("a")  # an identical retry: still three intents
+
+    promote_intents([TYPE])
+    promote_intents([TYPE])  # idle: no span
+
+    send = spans.one("send")
+    assert send.kind == SpanKind.CLIENT
+    assert attributes(send) == {
+        "messaging.system": "runledger",
+        "messaging.operation.name": "send",
+        "messaging.operation.type": "send",
+        "runledger.api": "promote_intents",
+        "messaging.batch.message_count": 3,
+        "runledger.promotion.inserted_jobs": 3,
+        "runledger.promotion.existing_jobs": 0,
+        "runledger.promotion.conflicted": 0,
+        "runledger.promotion.definition_became_unavailable": 0,
+        "runledger.promotion.retry_deferred": 0,
+    }
+    assert send.start_time is not None and send.end_time is not None
+    assert send.start_time < send.end_time
+
+
 # --- item 19: the run's span and the enqueuing span --------------------------------------------
 
 
