@@ -41,6 +41,7 @@ SHAPES = {
     "m": ("Prometheus queue gauges: one scrape at one million jobs", "benchmarks.shape_m"),
     "s": ("periodic schedules: fires/s, the due pass, latency, idle", "benchmarks.shape_s"),
     "o": ("exactly-once: atomic no-op drain rate against a plain one", "benchmarks.shape_o"),
+    "n": ("observability: drain rate with tracing on against off", "benchmarks.shape_n"),
     "u": ("admin dashboard: chart queries at one million jobs", "benchmarks.shape_u"),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),

@@ -115,14 +115,11 @@ def with_order(op: Op) -> Op:
 
 
 def reset_all() -> None:
-    from runledger_django.tasks import definitions
-
     extra = ["shop_orders"]
     if bench_settings.HAS_DJANGO_TASKS_DB:
         extra.append("django_tasks_database_dbtaskresult")
     reset_runledger(*extra)
-    define_job_types([JOB_TYPE])
-    definitions.forget_ensured()  # the truncate removed them: the first enqueue makes it again
+    define_job_types([JOB_TYPE])  # the task's definition: the first enqueue makes it again
 
 
 def _report(ctx: Context, shape: str, stats: dict[str, Stats]) -> None:

@@ -88,6 +88,7 @@ def check_settings(app_configs: Sequence[Any] | None = None, **kwargs: Any) -> l
     errors += _schedule_setting_errors(raw)
     errors += _metrics_setting_errors(raw)
     errors += _probe_setting_errors(raw)
+    errors += _tracing_setting_errors(raw)
     return errors
 
 
@@ -138,6 +139,35 @@ def _worker_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
                     id=check_id,
                 )
             )
+    return errors
+
+
+TRACING_RUN_PARENTS = ("link", "child", "none")
+
+
+def _tracing_setting_errors(raw: dict[str, Any]) -> list[CheckMessage]:
+    """The tracing settings (docs/tracing.md); ids E070 and up."""
+    errors: list[CheckMessage] = []
+    for key, check_id in (
+        ("TRACING_ENABLED", "runledger.E070"),
+        ("TRACING_BAGGAGE", "runledger.E072"),
+    ):
+        if key in raw and not isinstance(raw[key], bool):
+            errors.append(
+                Error(
+                    f"RUNLEDGER['{key}'] must be True or False.",
+                    hint=f"The default is {DEFAULTS[key]}.",
+                    id=check_id,
+                )
+            )
+    if "TRACING_RUN_PARENT" in raw and raw["TRACING_RUN_PARENT"] not in TRACING_RUN_PARENTS:
+        errors.append(
+            Error(
+                "RUNLEDGER['TRACING_RUN_PARENT'] must be 'link', 'child' or 'none'.",
+                hint="The default is 'link': a run's span links to the span that enqueued it.",
+                id="runledger.E071",
+            )
+        )
     return errors
 
 

@@ -45,6 +45,10 @@ DEFAULTS: dict[str, Any] = {
     "READINESS_DB_MAX_AGE_SECONDS": None,
     "WORKER_HEARTBEAT_SECONDS": 15,
     "WORKER_RETENTION_SECONDS": 86_400,
+    # OpenTelemetry tracing (the opentelemetry extra)
+    "TRACING_ENABLED": True,
+    "TRACING_RUN_PARENT": "link",
+    "TRACING_BAGGAGE": False,
 }
 
 
@@ -224,6 +228,29 @@ class Settings:
         """How long a stale worker row (a SIGKILLed worker) stays visible before a live
         worker's beat deletes it. Default: 86400 (a day)."""
         return float(self._get("WORKER_RETENTION_SECONDS"))
+
+    # --- OpenTelemetry tracing ---
+
+    @property
+    def TRACING_ENABLED(self) -> bool:  # noqa: N802
+        """Make spans for enqueues and runs, and store the trace context beside intents and
+        jobs, whenever ``opentelemetry-api`` is installed and the host has set up an SDK's
+        tracer provider; without either, nothing is traced or stored anyway. Default: True."""
+        return bool(self._get("TRACING_ENABLED"))
+
+    @property
+    def TRACING_RUN_PARENT(self) -> str:  # noqa: N802
+        """How a run's ``process`` span relates to the span that enqueued its job: ``"link"``
+        (a new trace that links to it: a job may run hours later), ``"child"`` (the run joins
+        the enqueuing trace) or ``"none"``. Default: ``"link"``."""
+        return str(self._get("TRACING_RUN_PARENT"))
+
+    @property
+    def TRACING_BAGGAGE(self) -> bool:  # noqa: N802
+        """Store the enqueuing context's W3C baggage with the job and restore it while the
+        handler runs. Off by default: baggage may carry personal data, and it would sit in
+        the database as long as the job does. Default: False."""
+        return bool(self._get("TRACING_BAGGAGE"))
 
 
 conf = Settings()

@@ -141,6 +141,9 @@ class EnqueueRequest:
     execution_resource_key: str | None
     snapshot_json: str
     """Canonical request snapshot v1 as JSON text; compared with jsonb ``=`` in PostgreSQL."""
+    trace_context: str | None = None
+    """The enqueuing span's propagation fields as JSON text, stored beside the row and never
+    in the snapshot (services/tracing.py)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -350,6 +353,8 @@ class ClaimedJob:
     (database clock; the start delay is ``claimed_at`` minus this)."""
     decode_error: str | None = None
     """Why the stored payload or checkpoint could not be decoded; such a job dead-letters."""
+    trace_context: str | None = None
+    """The enqueuing span's propagation fields as JSON text (services/tracing.py)."""
 
     @property
     def deadline(self) -> dt.datetime:

@@ -144,6 +144,49 @@ def test_check__bad_worker_setting__its_own_id(
     assert check_ids(settings, {key: value}) == [check_id]
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "check_id"),
+    [
+        ("TRACING_ENABLED", 1, "runledger.E070"),
+        ("TRACING_ENABLED", "no", "runledger.E070"),
+        ("TRACING_RUN_PARENT", "parent", "runledger.E071"),
+        ("TRACING_RUN_PARENT", None, "runledger.E071"),
+        ("TRACING_RUN_PARENT", ["link"], "runledger.E071"),
+        ("TRACING_BAGGAGE", "yes", "runledger.E072"),
+    ],
+    ids=repr,
+)
+def test_check__bad_tracing_setting__its_own_id(
+    settings: SettingsWrapper, key: str, value: Any, check_id: str
+) -> None:
+    assert_check_fails(settings, {key: value}, check_id)
+    assert check_ids(settings, {key: value}) == [check_id]
+
+
+@pytest.mark.parametrize("parent", ["link", "child", "none"])
+def test_check__tracing_settings_valid__passes(settings: SettingsWrapper, parent: str) -> None:
+    settings.RUNLEDGER = {
+        "TRACING_ENABLED": False,
+        "TRACING_RUN_PARENT": parent,
+        "TRACING_BAGGAGE": True,
+    }
+    call_command("check", stdout=io.StringIO())
+    assert (conf.TRACING_ENABLED, conf.TRACING_RUN_PARENT, conf.TRACING_BAGGAGE) == (
+        False,
+        parent,
+        True,
+    )
+
+
+def test_conf__no_runledger_setting__tracing_defaults(settings: SettingsWrapper) -> None:
+    del settings.RUNLEDGER
+    assert (conf.TRACING_ENABLED, conf.TRACING_RUN_PARENT, conf.TRACING_BAGGAGE) == (
+        True,
+        "link",
+        False,
+    )
+
+
 def test_check__several_problems__all_reported(settings: SettingsWrapper) -> None:
     value = {
         "NOPE": 1,

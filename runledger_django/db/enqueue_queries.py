@@ -24,14 +24,16 @@ WITH definition AS (
 inserted AS (
     INSERT INTO runledger_job_queue (
         id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-        next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key
+        next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key,
+        trace_context
     )
     SELECT %(id)s, %(job_type)s, %(organization_id)s, %(payload)s::jsonb,
            COALESCE(CAST(%(priority)s AS integer), definition.default_priority),
            COALESCE(CAST(%(max_attempts)s AS integer), definition.max_attempts),
            COALESCE(CAST(%(timeout_seconds)s AS integer), definition.default_timeout_seconds),
            COALESCE(CAST(%(next_run_at)s AS timestamptz), now()),
-           %(idempotency_key)s, %(stage)s, %(snapshot)s::jsonb, %(execution_resource_key)s
+           %(idempotency_key)s, %(stage)s, %(snapshot)s::jsonb, %(execution_resource_key)s,
+           %(trace_context)s::jsonb
     FROM definition
 """
 

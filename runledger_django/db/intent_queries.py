@@ -12,19 +12,27 @@ from typing import Final, LiteralString
 
 # --- intent recording (INSERT ... ON CONFLICT ... WHERE, FOR KEY SHARE) ---------------------
 
-# The insert is runledger_record_intent (migration 0008): INSERT ... ON CONFLICT DO NOTHING
-# with the arbiter of the intent's scope, which blocks behind an uncommitted recorder of the
-# same key; a PL/pgSQL function, so the session plans it once instead of on every call. It
-# returns whether the row went in (the id is made by the caller). The isolation check is in
-# the function to save a round trip: under a stricter level nothing is written, it returns
-# false, and the caller runs SHOW transaction_isolation to report it. CAST(... AS integer),
-# not ::integer: Django binds client-side, and "-2147483648::integer" parses as
-# -(2147483648::integer), which overflows for the smallest priority.
-RECORD_INTENT: Final[LiteralString] = """SELECT runledger_record_intent(
+# The insert is runledger_record_intent_v2 (migration 0013; version 1 is migration 0008's):
+# INSERT ... ON CONFLICT DO NOTHING with the arbiter of the intent's scope, which blocks behind
+# an uncommitted recorder of the same key; a PL/pgSQL function, so the session plans it once
+# instead of on every call. It answers a bitmask: 1 the row went in (the id is made by the
+# caller), 2 the job type has no definition (asked only with check_definition, by the Tasks
+# backend; a plain index probe that never waits). The isolation check is in the function to
+# save a round trip: under a stricter level nothing is written, it answers 0, and the caller
+# runs SHOW transaction_isolation to report it. CAST(... AS integer), not ::integer: Django
+# binds client-side, and "-2147483648::integer" parses as -(2147483648::integer), which
+# overflows for the smallest priority.
+RECORD_INTENT: Final[LiteralString] = """SELECT runledger_record_intent_v2(
 %(id)s, %(job_type)s, %(organization_id)s::uuid, %(payload)s::jsonb,
 CAST(%(priority)s AS integer), CAST(%(max_attempts)s AS integer),
 CAST(%(timeout_seconds)s AS integer), %(next_run_at)s::timestamptz, %(idempotency_key)s,
-%(stage)s, %(snapshot)s::jsonb, %(execution_resource_key)s)"""
+%(stage)s, %(snapshot)s::jsonb, %(execution_resource_key)s, %(trace_context)s::jsonb,
+%(check_definition)s::boolean)"""
+
+RECORDED_INSERTED: Final = 1
+"""RECORD_INTENT's bit: the intent was inserted."""
+RECORDED_DEFINITION_MISSING: Final = 2
+"""RECORD_INTENT's bit: the job type has no definition (only when asked)."""
 
 _FIND_EXISTING_INTENT: Final[LiteralString] = """
 SELECT id, status, promoted_job_id, enqueue_request = %(snapshot)s::jsonb AS same_request

@@ -87,7 +87,8 @@ leased AS (
            OR candidate.id IN (SELECT job_id FROM acquired))
     RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
               job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
-              job.lease_expires_at, job.priority, job.next_run_at, job.created_at
+              job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
+              job.trace_context
 ),
 attempt_row AS (
     INSERT INTO runledger_job_attempts (
@@ -104,7 +105,7 @@ event AS (
 )
 SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
        timeout_seconds, checkpoint::text, now(), lease_expires_at,
-       GREATEST(next_run_at, created_at) AS due_at
+       GREATEST(next_run_at, created_at) AS due_at, trace_context::text
 FROM leased
 ORDER BY priority DESC, next_run_at, created_at, id
 """

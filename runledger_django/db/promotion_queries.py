@@ -93,13 +93,14 @@ _SET_CONFLICTED: Final[LiteralString] = """
 _INSERT_JOBS: Final[LiteralString] = """
     INSERT INTO runledger_job_queue (
         id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-        next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key
+        next_run_at, idempotency_key, stage, enqueue_request, execution_resource_key,
+        trace_context
     )
     SELECT c.job_id, c.job_type, c.organization_id, c.payload,
            COALESCE(c.priority, d.default_priority), COALESCE(c.max_attempts, d.max_attempts),
            COALESCE(c.timeout_seconds, d.default_timeout_seconds),
            COALESCE(c.next_run_at, now()), c.idempotency_key, c.stage, c.enqueue_request,
-           c.execution_resource_key
+           c.execution_resource_key, c.trace_context
     FROM candidate c JOIN definition d ON d.job_type = c.job_type"""
 
 # The set-based pass, one statement: claim a batch, insert a job and its ENQUEUED event for
@@ -116,7 +117,8 @@ WITH claimed AS MATERIALIZED (
     SELECT intent.ctid AS tid, intent.id, intent.job_type, intent.organization_id,
            intent.payload, intent.priority, intent.max_attempts, intent.timeout_seconds,
            intent.next_run_at, intent.idempotency_key, intent.stage, intent.enqueue_request,
-           intent.execution_resource_key, intent.next_promotion_at, intent.created_at
+           intent.execution_resource_key, intent.next_promotion_at, intent.created_at,
+           intent.trace_context
     {eligible}
     LIMIT %(limit)s
     FOR NO KEY UPDATE OF intent SKIP LOCKED
@@ -276,7 +278,8 @@ CONVERGE_BATCH: Final[LiteralString] = (
 PROMOTION_FALLBACK_ROWS: Final[LiteralString] = """
 SELECT id, ctid::text, job_type, organization_id, payload::text AS payload, priority,
        max_attempts, timeout_seconds, next_run_at, idempotency_key, stage,
-       execution_resource_key, enqueue_request::text AS enqueue_request
+       execution_resource_key, enqueue_request::text AS enqueue_request,
+       trace_context::text AS trace_context
 FROM runledger_job_enqueue_intents
 WHERE ctid = ANY(%(tids)s::tid[])
 """

@@ -33,6 +33,9 @@ class JobEnqueueIntent(models.Model):
     enqueue_request_version = models.SmallIntegerField(db_default=1, default=1)
     enqueue_request = models.JSONField()
     execution_resource_key = models.TextField(null=True, blank=True)
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
+    """The recording span's propagation fields (``traceparent``, ``tracestate``): never part
+    of ``enqueue_request``, so a retry from another trace is still an identical request."""
     promotion_attempts = models.IntegerField(db_default=0, default=0)
     next_promotion_at = models.DateTimeField(db_default=TRANSACTION_NOW)
     last_attempted_at = models.DateTimeField(null=True, blank=True)

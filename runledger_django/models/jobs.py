@@ -95,6 +95,9 @@ class Job(models.Model):
     enqueue_request = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
     execution_resource_key = models.TextField(null=True, blank=True)
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
+    """The enqueuing span's propagation fields, copied from the intent at promotion; the run's
+    span links to it (services/tracing.py)."""
     created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
     updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 

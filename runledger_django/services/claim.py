@@ -336,6 +336,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         claimed_at,
         lease_expires_at,
         due_at,
+        trace_context,
     ) = row
     decode_error = None
     try:
@@ -363,4 +364,5 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         lease_expires_at=lease_expires_at,
         due_at=due_at,
         decode_error=decode_error,
+        trace_context=trace_context,
     )

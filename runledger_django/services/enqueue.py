@@ -15,6 +15,7 @@ from ..domain import EnqueueOutcome, EnqueueRequest, JobStatus
 from ..errors import Code, RunledgerError
 from ..uuid7 import uuid7
 from ..validation import prepare_enqueue
+from . import tracing
 from ._owned import join_or_own
 from .wakeup import JOBS_CHANNEL, wake_after_commit
 
@@ -69,7 +70,9 @@ def enqueue_job(
         execution_resource_key=execution_resource_key,
         for_intent=False,
     )
-    outcome = _enqueue(request, using)
+    outcome = tracing.produce(
+        "send", "enqueue_job", request, lambda traced: _enqueue(traced, using)
+    )
     if outcome.disposition == "inserted":
         wake_after_commit(using, JOBS_CHANNEL)
     return outcome
@@ -101,6 +104,7 @@ def _params(request: EnqueueRequest, job_id: uuid.UUID) -> dict[str, Any]:
         "stage": request.stage,
         "snapshot": request.snapshot_json or None,
         "execution_resource_key": request.execution_resource_key,
+        "trace_context": request.trace_context,
     }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from django.db.backends.utils import CursorWrapper
@@ -24,6 +25,7 @@ from ..validation import (
     validate_status_filter,
     validate_uuid_argument,
 )
+from . import tracing
 from ._owned import join_or_own
 from ._scope import checked_scope_kind
 from .wakeup import INTENTS_CHANNEL, wake_after_commit
@@ -85,81 +87,116 @@ def record_intent(
         execution_resource_key=execution_resource_key,
         for_intent=True,
     )
-    return record_prepared(request, intent_id=uuid7(), using=using)
+    return tracing.produce(
+        "create",
+        "record_intent",
+        request,
+        lambda traced: record_prepared(traced, intent_id=uuid7(), using=using),
+    )
 
 
 def record_prepared(
-    request: EnqueueRequest, *, intent_id: uuid.UUID, using: str = DEFAULT_USING
+    request: EnqueueRequest,
+    *,
+    intent_id: uuid.UUID,
+    using: str = DEFAULT_USING,
+    on_missing_definition: Callable[[], None] | None = None,
 ) -> IntentOutcome:
     """``record_intent`` for a request already through ``prepare_enqueue``, under an id the
     caller chose: the Tasks backend builds its result around the id before any SQL, so
-    nothing but the signal is left to do once the insert returns."""
+    nothing but the signal is left to do once the insert returns.
+
+    With ``on_missing_definition``, the insert also reports whether the job type has a
+    definition (an index probe that never waits), and the callback runs once the insert has
+    returned when it has none: the Tasks backend makes the definition again after an operator
+    deleted it or a test suite flushed the tables, without remembering anything per process.
+    """
+    recording = _Recording(request, intent_id, check_definition=on_missing_definition is not None)
     outcome = join_or_own(
         using,
-        lambda cursor: record_in_transaction(cursor, request, intent_id),
-        lambda cursor: _insert(cursor, request, intent_id),
-        lambda cursor: record_in_transaction(cursor, request, intent_id),
+        recording.in_transaction,
+        recording.insert,
+        recording.in_transaction,
         operation="record job enqueue intent",
     )
+    if recording.definition_missing and on_missing_definition is not None:
+        on_missing_definition()
     if outcome.disposition == "inserted":
         # After the caller's commit, never inside it (services/wakeup.py says why).
         wake_after_commit(using, INTENTS_CHANNEL)
     return outcome
 
 
-def _insert(
-    cursor: CursorWrapper, request: EnqueueRequest, intent_id: uuid.UUID
-) -> IntentOutcome | None:
-    params = {
-        "id": intent_id,
-        "job_type": request.job_type,
-        "organization_id": request.organization_id,
-        "payload": request.payload_json,
-        "priority": request.priority,
-        "max_attempts": request.max_attempts,
-        "timeout_seconds": request.timeout_seconds,
-        "next_run_at": request.next_run_at,
-        "idempotency_key": request.idempotency_key,
-        "stage": request.stage,
-        "snapshot": request.snapshot_json,
-        "execution_resource_key": request.execution_resource_key,
-    }
-    inserted = execute(
-        cursor, intent_queries.RECORD_INTENT, params, context="record job enqueue intent"
-    )
-    if not inserted.fetchone()[0]:
-        return None
-    return IntentOutcome(
-        intent_id=intent_id, status=IntentStatus.PENDING, job_id=None, disposition="inserted"
-    )
+class _Recording:
+    """One recording: its request, and what the insert saw besides the outcome."""
 
+    __slots__ = ("check_definition", "definition_missing", "intent_id", "request")
 
-def record_in_transaction(
-    cursor: CursorWrapper, request: EnqueueRequest, intent_id: uuid.UUID
-) -> IntentOutcome:
-    """The insert-or-resolve algorithm of reference 4.2, at most two resolution attempts.
+    def __init__(
+        self, request: EnqueueRequest, intent_id: uuid.UUID, *, check_definition: bool
+    ) -> None:
+        self.request = request
+        self.intent_id = intent_id
+        self.check_definition = check_definition
+        self.definition_missing = False
 
-    The insert waits behind an uncommitted recorder of the same key; the lookup, a new
-    statement, then sees the winner. A row deleted between the two statements sends us back
-    to insert once more.
-    """
-    for attempt in (1, 2):
-        outcome = _insert(cursor, request, intent_id)
-        if outcome is not None:
-            return outcome
-        if attempt == 1:
-            ensure_read_committed(
-                cursor,
-                operation="record job enqueue intent",
-                code=Code.INTENT_IDEMPOTENCY_UNSUPPORTED_ISOLATION,
-            )
-        existing = _find_existing(cursor, request)
-        if existing is not None:
-            return existing
-    raise RunledgerError.for_code(
-        Code.INTENT_IDEMPOTENCY_CONFLICT_MISSING_EXISTING,
-        f"intent of type {request.job_type!r} vanished twice before it could be resolved",
-    )
+    def insert(self, cursor: CursorWrapper) -> IntentOutcome | None:
+        request = self.request
+        params = {
+            "id": self.intent_id,
+            "job_type": request.job_type,
+            "organization_id": request.organization_id,
+            "payload": request.payload_json,
+            "priority": request.priority,
+            "max_attempts": request.max_attempts,
+            "timeout_seconds": request.timeout_seconds,
+            "next_run_at": request.next_run_at,
+            "idempotency_key": request.idempotency_key,
+            "stage": request.stage,
+            "snapshot": request.snapshot_json,
+            "execution_resource_key": request.execution_resource_key,
+            "trace_context": request.trace_context,
+            "check_definition": self.check_definition,
+        }
+        flags = execute(
+            cursor, intent_queries.RECORD_INTENT, params, context="record job enqueue intent"
+        ).fetchone()[0]
+        if flags & intent_queries.RECORDED_DEFINITION_MISSING:
+            self.definition_missing = True
+        if not flags & intent_queries.RECORDED_INSERTED:
+            return None
+        return IntentOutcome(
+            intent_id=self.intent_id,
+            status=IntentStatus.PENDING,
+            job_id=None,
+            disposition="inserted",
+        )
+
+    def in_transaction(self, cursor: CursorWrapper) -> IntentOutcome:
+        """The insert-or-resolve algorithm of reference 4.2, at most two resolution attempts.
+
+        The insert waits behind an uncommitted recorder of the same key; the lookup, a new
+        statement, then sees the winner. A row deleted between the two statements sends us
+        back to insert once more.
+        """
+        request = self.request
+        for attempt in (1, 2):
+            outcome = self.insert(cursor)
+            if outcome is not None:
+                return outcome
+            if attempt == 1:
+                ensure_read_committed(
+                    cursor,
+                    operation="record job enqueue intent",
+                    code=Code.INTENT_IDEMPOTENCY_UNSUPPORTED_ISOLATION,
+                )
+            existing = _find_existing(cursor, request)
+            if existing is not None:
+                return existing
+        raise RunledgerError.for_code(
+            Code.INTENT_IDEMPOTENCY_CONFLICT_MISSING_EXISTING,
+            f"intent of type {request.job_type!r} vanished twice before it could be resolved",
+        )
 
 
 def _find_existing(cursor: CursorWrapper, request: EnqueueRequest) -> IntentOutcome | None:

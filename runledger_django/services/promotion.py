@@ -17,6 +17,7 @@ from django.db import connections
 from ..domain import PROMOTION_BATCH_LIMIT_MAX, PromotionReport
 from ..errors import Code, RunledgerError
 from ..validation import validate_job_types, validate_page
+from . import tracing
 from .outage import Outage
 from .promotion_pass import run_pass
 
@@ -61,7 +62,7 @@ def promote_intents(
             Code.INTENT_PROMOTION_REQUIRES_OWN_TRANSACTION,
             "promote_intents was called inside an atomic block",
         )
-    return run_pass(types, limit=page.limit, using=using)
+    return tracing.promotion(lambda: run_pass(types, limit=page.limit, using=using))
 
 
 def run_promoter(

@@ -550,6 +550,7 @@ def _decode(row: tuple[Any, ...]) -> _Candidate:
         stage,
         execution_resource_key,
         _snapshot_text,
+        trace_context,
     ) = row
     try:
         checked_type = validate_job_type(job_type, persisted_row=True)
@@ -587,5 +588,6 @@ def _decode(row: tuple[Any, ...]) -> _Candidate:
         stage=checked_stage,
         execution_resource_key=resource_key,
         snapshot_json=snapshot,
+        trace_context=trace_context,
     )
     return _Candidate(intent_id=intent_id, tid=tid, request=request, invalid=None)

@@ -27,8 +27,9 @@ from django.utils import timezone
 from django.utils.json import normalize_json
 from django.utils.module_loading import import_string
 
-from ..domain import IntentOutcome, JSONValue, TargetSpec
+from ..domain import EnqueueRequest, IntentOutcome, JSONValue, TargetSpec
 from ..errors import Code, RunledgerError
+from ..services import tracing
 from ..uuid7 import uuid7
 from ..validation import prepare_enqueue, validate_idempotency_key
 from ..worker.registry import registry
@@ -258,9 +259,11 @@ class RunledgerTaskBackend(BaseTaskBackend):
         """Record the task as an enqueue intent and return its READY result.
 
         Transaction: inside an atomic block it joins the caller's transaction (the task
-        commits or rolls back with it); outside one it commits at once. It never reads or
-        locks job definitions on the caller's connection; the first enqueue of a task in a
-        process makes sure of its definition on a separate connection (definitions.py).
+        commits or rolls back with it); outside one it commits at once. It never writes,
+        locks or waits for job definitions on the caller's connection: the insert reports a
+        missing definition (a plain index probe), which is then made on a separate connection
+        (definitions.py), whether this is the task's first enqueue or an operator or a test
+        suite's flush deleted it since.
 
         Raises:
             InvalidTask: the task is not valid for this backend (Django's rules and ours).
@@ -268,7 +271,11 @@ class RunledgerTaskBackend(BaseTaskBackend):
             InvalidTaskBackend: invalid OPTIONS (``manage.py check`` names them).
             RunledgerError: ``job.intent_idempotency_conflict`` (same key, other arguments);
                 ``job.invalid_payload`` for values JSON cannot keep (non-string dict keys,
-                NaN); a classified database error. Input errors come before any SQL.
+                NaN); a classified database error. Input errors come before any SQL. When
+                the missing definition cannot be made, the error is raised after the insert:
+                inside the caller's transaction the intent is still uncommitted (it goes with
+                the block the error leaves); outside one it has committed, and is promoted
+                once the definition exists.
         """
         job_type = self._checked_job_type(task)
         options = self.backend_options
@@ -314,14 +321,21 @@ class RunledgerTaskBackend(BaseTaskBackend):
             for_intent=True,
         )
         database = options.database
-        if not definitions.is_ensured(database, job_type):
+
+        def make_definition() -> None:
             definitions.ensure_task_definition(
                 job_type,
                 max_attempts=options.max_attempts,
                 timeout_seconds=options.timeout_seconds,
                 using=database,
             )
-        outcome = _record_prepared()(request, intent_id=intent_id, using=database)
+
+        def record(traced: EnqueueRequest) -> IntentOutcome:
+            return _record_prepared()(
+                traced, intent_id=intent_id, using=database, on_missing_definition=make_definition
+            )
+
+        outcome = tracing.produce("create", "django.tasks", request, record)
         if outcome.disposition != "inserted":
             return self._read(outcome.intent_id, task=task)
         task_enqueued.send(type(self), task_result=result)

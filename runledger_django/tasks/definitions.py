@@ -1,13 +1,19 @@
-"""Job definitions for tasks, created outside the caller's transaction, once per process.
+"""Job definitions for tasks, created outside the caller's transaction whenever one is missing.
 
 Promotion and the workers only see job types that have an enabled definition, so a task's
-definition must exist before its first intent can become a job. ``record_intent`` never
-touches definitions (a missing, disabled or locked one must not block a checkout), and the
-enqueue joins the caller's transaction, so the definition is created on a connection of its
-own: a short-lived thread (Django keeps connections per thread) runs the ordinary
-``ensure_job_definitions`` in autocommit and closes its connection. The definition commits at
-once, before the caller's intent can; a rolled-back enqueue leaves a harmless, unused
-definition behind. Each process does this once per database and job type.
+definition must exist before its intent can become a job. The enqueue joins the caller's
+transaction and must never wait there for a definition (a missing, disabled or locked one
+must not block a checkout), so the intent's insert only reports, through an index probe that
+never waits, that the task's job type has no definition (``record_prepared``'s
+``on_missing_definition``); the definition is then created on a connection of its own: a
+short-lived thread (Django keeps connections per thread) runs the ordinary
+``ensure_job_definitions`` in autocommit and closes its connection. It commits at once, so a
+rolled-back enqueue leaves a harmless, unused definition behind.
+
+Nothing is remembered per process: a definition deleted by an operator, or flushed away by a
+test suite between tests (``TransactionTestCase``, pytest-django's ``transaction=True``), is
+made again by the next enqueue of the task, and the intents recorded meanwhile are promoted
+as soon as it exists.
 """
 
 from __future__ import annotations
@@ -18,16 +24,9 @@ from django.db import connections
 
 from ..domain import JobDefaults
 
-_ensured: set[tuple[str, str]] = set()
-_lock = threading.Lock()
-
 TASK_DEFAULT_PRIORITY = 0
 """Django's default task priority. Every task intent carries its own priority, so this only
 tells operators browsing definitions what an unset priority means."""
-
-
-def is_ensured(using: str, job_type: str) -> bool:
-    return (using, job_type) in _ensured
 
 
 def ensure_task_definition(
@@ -44,8 +43,6 @@ def ensure_task_definition(
         RunledgerError: the definition could not be read or created (a classified database
             error); nothing was written on the caller's connection.
     """
-    if (using, job_type) in _ensured:
-        return
     defaults = JobDefaults(
         job_type=job_type,
         max_attempts=max_attempts,
@@ -70,12 +67,3 @@ def ensure_task_definition(
     thread.join()
     if failures:
         raise failures[0]
-    with _lock:
-        _ensured.add((using, job_type))
-
-
-def forget_ensured() -> None:
-    """Forget which definitions this process made sure of (after tables were truncated, as
-    tests do); the next enqueue of each task checks again."""
-    with _lock:
-        _ensured.clear()

@@ -14,6 +14,7 @@ from django.db import connections
 
 from ..domain import ClaimedJob, FailureKind, JobFailure, JobLease, JobStatus
 from ..errors import CATALOG, Code, RunledgerError
+from ..services import tracing
 from ..services._lease import lease_mismatch
 from ..services.lifecycle import (
     complete_job_failure,
@@ -161,7 +162,19 @@ def execute(
     A result observed at or after the deadline counts as a timeout. After a lost lease
     nothing is written (the reaper or the new owner deals with the job). Never raises for
     what the handler does; a failure to record the outcome is returned as ``persist_failed``.
+    With tracing on, the attempt runs inside its ``process`` span (services/tracing.py).
     """
+    if not tracing.active():
+        return _execute(execution, registry, using=using, completer=completer)
+    return tracing.process(
+        execution.claimed,
+        lambda: _execute(execution, registry, using=using, completer=completer),
+    )
+
+
+def _execute(
+    execution: Execution, registry: Registry, *, using: str, completer: Completer | None
+) -> JobRun:
     claimed = execution.claimed
     job_id = claimed.lease.job_id
     attempt = claimed.lease.attempt

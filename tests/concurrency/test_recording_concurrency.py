@@ -24,7 +24,7 @@ from tests.conftest import TEST_JOB_TYPE, InThread, OpenSession, wait_for_lock_w
 pytestmark = pytest.mark.django_db(transaction=True)
 
 ORG = uuid.UUID("0190a6b2-0000-7000-8000-00000000c0c0")
-INSERT_FRAGMENT = "runledger_record_intent("
+INSERT_FRAGMENT = "runledger_record_intent_v2("
 """record_intent's insert: a call of the function of migration 0008."""
 
 

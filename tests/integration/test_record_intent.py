@@ -21,6 +21,7 @@ import psycopg
 import pytest
 from django.db import IntegrityError, connection, transaction
 from django.test.utils import CaptureQueriesContext
+from psycopg.types.json import Jsonb
 from pytest_django import DjangoAssertNumQueries
 from pytest_django import Settings as SettingsWrapper
 
@@ -102,6 +103,7 @@ def test_record_intent__no_definition__inserts_pending_row_only() -> None:
             "stage": "queued",
         },
         "execution_resource_key": None,
+        "trace_context": None,
         "promotion_attempts": 0,
         "last_attempted_at": None,
         "status": "PENDING",
@@ -521,9 +523,9 @@ def test_record_intent__inside_atomic__commits_nothing_itself(
 
 
 def _kind(sql: str) -> str:
-    """RECORD for record_intent's insert (a call of runledger_record_intent), else the
+    """RECORD for record_intent's insert (a call of runledger_record_intent_v2), else the
     statement's first word."""
-    return "RECORD" if "runledger_record_intent(" in sql else sql.split()[0].upper()
+    return "RECORD" if "runledger_record_intent_v2(" in sql else sql.split()[0].upper()
 
 
 def _statements(queries: CaptureQueriesContext) -> list[str]:
@@ -951,23 +953,28 @@ def test_record_intent__manual_repeatable_read_transaction__isolation_error() ->
     )
 
 
-# --- runledger_record_intent, the insert's function (migration 0008) ---------------------------
+# --- runledger_record_intent_v2, the insert's function (migrations 0008 and 0013) -------------
 
 
 def _call_record_function(
-    session: psycopg.Connection[Any], key: str, organization_id: uuid.UUID | None = None
-) -> bool:
+    session: psycopg.Connection[Any],
+    key: str,
+    organization_id: uuid.UUID | None = None,
+    *,
+    job_type: str = "jobs.fn",
+    check_definition: bool = False,
+) -> int:
     row = session.execute(
-        "SELECT runledger_record_intent(%s, 'jobs.fn', %s, '{}', NULL, NULL, NULL, NULL, %s,"
-        " 'queued', '{}', NULL)",
-        [uuid.uuid4(), organization_id, key],
+        "SELECT runledger_record_intent_v2(%s, %s, %s, '{}', NULL, NULL, NULL, NULL, %s,"
+        " 'queued', '{}', NULL, NULL, %s)",
+        [uuid.uuid4(), job_type, organization_id, key, check_definition],
     ).fetchone()
     assert row is not None
-    return bool(row[0])
+    return int(row[0])
 
 
 @pytest.mark.django_db(transaction=True)
-def test_record_function__each_scope__inserts_once_per_key_then_answers_false(
+def test_record_function__each_scope__inserts_once_per_key_then_answers_not_inserted(
     open_session: Callable[..., psycopg.Connection[Any]],
 ) -> None:
     session = open_session()
@@ -981,8 +988,42 @@ def test_record_function__each_scope__inserts_once_per_key_then_answers_false(
         _call_record_function(session, "k", uuid.uuid4()),
     ]
 
-    assert calls == [True, False, True, False, True]
+    assert calls == [1, 0, 1, 0, 1]
     assert JobEnqueueIntent.objects.filter(job_type="jobs.fn").count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_function__definition_check__bit_two_only_when_asked_and_missing(
+    open_session: Callable[..., psycopg.Connection[Any]],
+    make_definition: Callable[..., JobDefinition],
+) -> None:
+    session = open_session()
+    make_definition("jobs.defined")
+
+    calls = [
+        _call_record_function(session, "a", job_type="jobs.undefined", check_definition=True),
+        _call_record_function(session, "a", job_type="jobs.undefined", check_definition=True),
+        _call_record_function(session, "b", job_type="jobs.undefined"),
+        _call_record_function(session, "a", job_type="jobs.defined", check_definition=True),
+    ]
+
+    assert calls == [1 | 2, 2, 1, 1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_function__trace_context__stored_beside_the_snapshot(
+    open_session: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    session = open_session()
+    context = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    session.execute(
+        "SELECT runledger_record_intent_v2(%s, 'jobs.fn', NULL, '{}', NULL, NULL, NULL, NULL,"
+        " 'k', 'queued', '{}', NULL, %s, false)",
+        [uuid.uuid4(), Jsonb(context)],
+    )
+
+    intent = JobEnqueueIntent.objects.get(job_type="jobs.fn")
+    assert (intent.trace_context, intent.enqueue_request) == (context, {})
 
 
 @pytest.mark.django_db(transaction=True)
@@ -994,12 +1035,29 @@ def test_record_function__each_scope__inserts_once_per_key_then_answers_false(
     ],
     ids=["repeatable-read", "serializable"],
 )
-def test_record_function__stricter_isolation__writes_nothing_and_answers_false(
+def test_record_function__stricter_isolation__writes_nothing_and_answers_zero(
     open_session: Callable[..., psycopg.Connection[Any]], set_level: LiteralString
 ) -> None:
     session = open_session(autocommit=False)
     session.execute(set_level)
 
-    assert _call_record_function(session, "k") is False
+    assert _call_record_function(session, "k", check_definition=True) == 0
     session.commit()
     assert JobEnqueueIntent.objects.filter(job_type="jobs.fn").count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_function_version_1__kept_for_a_rolling_deploy__still_records(
+    open_session: Callable[..., psycopg.Connection[Any]],
+) -> None:
+    """Servers of the previous release call migration 0008's function until they are
+    replaced; it still inserts once per key (with no trace context)."""
+    session = open_session()
+    sql: LiteralString = (
+        "SELECT runledger_record_intent(%s, 'jobs.fn', NULL, '{}', NULL, NULL, NULL, NULL, 'k',"
+        " 'queued', '{}', NULL)"
+    )
+    answers = [session.execute(sql, [uuid.uuid4()]).fetchone() for _ in range(2)]
+
+    assert answers == [(True,), (False,)]
+    assert JobEnqueueIntent.objects.get(job_type="jobs.fn").trace_context is None

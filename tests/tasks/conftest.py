@@ -3,7 +3,8 @@
 Every test runs with TASKS naming RunledgerTaskBackend (the ``settings`` fixture, so Django
 rebuilds its backends). The backend creates each task's job definition on a connection of its
 own, which commits even in a test whose transaction rolls back; after each test of this
-directory those definitions are deleted again, so no other test sees them.
+directory those definitions are deleted again, so no other test sees them (the backend
+remembers nothing of them: the next enqueue of a task makes its definition again).
 """
 
 from __future__ import annotations
@@ -34,10 +35,14 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     """After the test's own teardown (its transaction rolled back or its tables flushed),
     delete the task definitions the backend committed on its side connection."""
     yield
-    definitions = sys.modules.get("runledger_django.tasks.definitions")
-    if definitions is None or item.get_closest_marker("django_db") is None:
-        return  # the Django 5.2 leg, or a test that never reached the test database
-    definitions.forget_ensured()
+    if (
+        "runledger_django.tasks.definitions" not in sys.modules
+        or item.get_closest_marker("django_db") is None
+        or nextitem is None
+    ):
+        # The Django 5.2 leg, a test that never reached the test database, or the last test
+        # (the test database is gone by now, and nothing runs after it).
+        return
     with psycopg.connect(**connection_kwargs(), autocommit=True) as conn:
         conn.execute(
             "DELETE FROM runledger_job_definitions definition "

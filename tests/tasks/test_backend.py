@@ -197,7 +197,7 @@ def test_enqueue__task_already_defined__one_query_on_the_callers_connection() ->
 
     statements = [q["sql"] for q in queries.captured_queries]
     assert len(statements) == 1, statements
-    assert "runledger_record_intent(" in statements[0]  # the intent insert (migration 0008)
+    assert "runledger_record_intent_v2(" in statements[0]  # the insert (migration 0013)
 
 
 def test_enqueue__sends_task_enqueued_with_the_backend_class(
@@ -452,8 +452,9 @@ def test_enqueue__first_enqueue_of_a_task__definition_committed_outside_the_call
     open_session: OpenSession,
 ) -> None:
     """The definition is committed on another connection before the caller commits; the
-    caller's transaction holds no lock on the definitions table, and the intent stays
-    invisible to other sessions until the caller commits (tasks-db's
+    caller's transaction holds no row lock on the definitions (only the ACCESS SHARE table
+    lock of the insert's probe for a missing definition, as any reader does), and the intent
+    stays invisible to other sessions until the caller commits (tasks-db's
     test_doesnt_wait_until_transaction_commit)."""
     other = open_session()
     with transaction.atomic():
@@ -465,7 +466,7 @@ def test_enqueue__first_enqueue_of_a_task__definition_committed_outside_the_call
             [RECEIPT_TYPE, RECEIPT_TYPE],
         ).fetchone()
         locks = run_sql(
-            "SELECT count(*) FROM pg_locks WHERE pid = pg_backend_pid()"
+            "SELECT mode FROM pg_locks WHERE pid = pg_backend_pid()"
             " AND relation = 'runledger_job_definitions'::regclass"
         )
     committed = other.execute(
@@ -473,7 +474,7 @@ def test_enqueue__first_enqueue_of_a_task__definition_committed_outside_the_call
     ).fetchall()
 
     assert seen == (0, 3, 60)  # OPTIONS MAX_ATTEMPTS and TIMEOUT_SECONDS
-    assert locks == [(0,)]
+    assert locks == [("AccessShareLock",)]
     assert committed == [(result.id,)]
 
 
