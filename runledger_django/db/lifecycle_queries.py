@@ -27,14 +27,15 @@ from typing import Final, LiteralString
 # split the queue; a keyed candidate is leased only if its claim row was inserted, in key
 # order (one order for every claimer: no deadlock), and a lost race leaves it PENDING.
 _CLAIM_JOBS: Final[LiteralString] = """
-/* runledger:claim_jobs */
-WITH resource_window AS MATERIALIZED (
+/* runledger:{tag} */
+WITH {scope},
+resource_window AS MATERIALIZED (
     SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
     FROM runledger_job_queue job
     WHERE job.status = 'PENDING'
       AND job.execution_resource_key IS NOT NULL
       AND job.next_run_at <= now()
-      AND job.job_type = ANY(%(job_types)s::text[]){only}
+      AND {types}{only}
       AND NOT EXISTS (
           SELECT 1 FROM runledger_job_execution_resource_claims claim
           WHERE claim.resource_key = job.execution_resource_key
@@ -47,19 +48,7 @@ resource_head AS (
     FROM resource_window
     ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
 ),
-candidate AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.next_run_at <= now()
-      AND job.job_type = ANY(%(job_types)s::text[]){only}
-      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
-    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at
-    LIMIT %(limit)s
-    FOR UPDATE OF job SKIP LOCKED
-),
+candidate AS MATERIALIZED ({candidate}),
 acquired AS (
     INSERT INTO runledger_job_execution_resource_claims (
         resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
@@ -101,32 +90,204 @@ event AS (
            jsonb_build_object('worker_id', %(worker_id)s::text,
                               'lease_duration_seconds', %(lease_seconds)s::integer)
     FROM leased
-)
-SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
-       timeout_seconds, checkpoint::text, now(), lease_expires_at
-FROM leased
-ORDER BY priority DESC, next_run_at, created_at, id
+){charge}
+{result}
 """
 
-CLAIM_JOBS: Final[LiteralString] = _CLAIM_JOBS.replace("{only}", "")
+# The fast path's job types (queue control, docs/queue-control.md): the requested types whose
+# definition is neither paused nor limited. A limited type is left to CLAIM_LIMITED_JOBS, and
+# the claim returns a marker row for it (its id NULL) so the caller knows to run that one. A
+# paused type is in neither: no claim leases it from the moment its pause commits.
+_FAST_SCOPE: Final[LiteralString] = """claim_type AS MATERIALIZED (
+    SELECT definition.job_type,
+           definition.max_concurrency IS NULL AND definition.rate_limit_count IS NULL AS open
+    FROM runledger_job_definitions definition
+    WHERE definition.job_type = ANY(%(job_types)s::text[]) AND definition.paused_at IS NULL
+),
+open_type AS (SELECT array_agg(job_type) AS job_types FROM claim_type WHERE open)"""
+_FAST_TYPES: Final[LiteralString] = (
+    "job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))"
+)
+_FAST_CANDIDATE: Final[LiteralString] = (
+    """
+    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
+    FROM runledger_job_queue job
+    WHERE job.status = 'PENDING'
+      AND job.next_run_at <= now()
+      AND """
+    + _FAST_TYPES
+    + """{only}
+      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
+    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
+    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at
+    LIMIT %(limit)s
+    FOR UPDATE OF job SKIP LOCKED
+"""
+)
+_CLAIMED_COLUMNS: Final[LiteralString] = """id, run_number, attempt, job_type, organization_id,
+       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at"""
+_FAST_RESULT: Final[LiteralString] = (
+    "SELECT "
+    + _CLAIMED_COLUMNS
+    + """
+FROM (
+    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
+           payload::text AS payload, max_attempts, timeout_seconds,
+           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
+           next_run_at, created_at
+    FROM leased
+    UNION ALL
+    SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM claim_type WHERE NOT open
+) claimed
+ORDER BY part, priority DESC, next_run_at, created_at, id"""
+)
+
+_FAST_CLAIM: Final[LiteralString] = (
+    _CLAIM_JOBS.replace("{scope}", _FAST_SCOPE)
+    .replace("{types}", _FAST_TYPES)
+    .replace("{candidate}", _FAST_CANDIDATE)
+    .replace("{charge}", "")
+    .replace("{result}", _FAST_RESULT)
+)
+
+CLAIM_JOBS: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_jobs").replace("{only}", "")
 
 # The claim of one job, by id, for the per-row fallback after a failed batch: the same
 # statement, so the job is leased exactly as a batch would lease it (or skipped, when another
 # claimer holds it or its resource key is busy).
-CLAIM_ONE_JOB: Final[LiteralString] = _CLAIM_JOBS.replace(
-    "/* runledger:claim_jobs */", "/* runledger:claim_one_job */"
-).replace("{only}", "\n      AND job.id = %(job_id)s")
+CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_job").replace(
+    "{only}", "\n      AND job.id = %(job_id)s"
+)
+
+# --- claims of limited job types (docs/queue-control.md) -------------------------------------
+
+# The first statement of a limited claim's transaction: take a transaction-scoped advisory lock
+# per limited type (namespaced: the two-key form, this key space, the type's hash), skipping a
+# type whose lock another claimer holds, and leave the types locked in a transaction-local
+# setting for CLAIM_LIMITED_JOBS. The count of LEASED jobs must be read by a *later* statement:
+# only a snapshot taken after the lock sees the previous holder's committed claim (READ
+# COMMITTED takes one per statement). The lock ends with the transaction, so it also works
+# behind PgBouncer in transaction mode. Never a wait: no order of locks can deadlock.
+LIMIT_LOCK_SPACE: Final[int] = 1920298605
+LOCK_LIMITED_TYPES: Final[LiteralString] = """
+/* runledger:lock_limited_job_types */
+SELECT set_config('runledger.claim_limited_types',
+                  COALESCE(jsonb_agg(limited.job_type)::text, '[]'), true)
+FROM (
+    SELECT definition.job_type
+    FROM runledger_job_definitions definition
+    WHERE definition.job_type = ANY(%(job_types)s::text[])
+      AND definition.paused_at IS NULL
+      AND (definition.max_concurrency IS NOT NULL OR definition.rate_limit_count IS NOT NULL)
+    ORDER BY definition.job_type
+    OFFSET 0
+) limited
+WHERE pg_try_advisory_xact_lock(%(limit_lock_space)s, hashtext(limited.job_type))
+"""
+
+# Per locked type, the jobs it may start now: its max_concurrency less its LEASED jobs (an
+# expired, unreaped lease still counts: its handler may be running), and its rate_limit_count
+# less the starts its log holds within the last period (a sliding window, exact: every start
+# was admitted counting every earlier one still in its window). Both apply; the definition and
+# the log are read here, fresh, after the lock.
+_LIMITED_SCOPE: Final[LiteralString] = """limited AS MATERIALIZED (
+    SELECT definition.job_type, definition.rate_limit_count,
+           definition.rate_limit_period_seconds, state.recent_starts,
+           LEAST(
+               %(limit)s,
+               definition.max_concurrency - (
+                   SELECT count(*) FROM runledger_job_queue running
+                   WHERE running.job_type = definition.job_type AND running.status = 'LEASED'),
+               definition.rate_limit_count - (
+                   SELECT count(*) FROM unnest(state.recent_starts) AS start_at
+                   WHERE start_at > now()
+                                    - definition.rate_limit_period_seconds * interval '1 second')
+           )::integer AS slots
+    FROM runledger_job_definitions definition
+    LEFT JOIN runledger_job_rate_limits state ON state.job_type = definition.job_type
+    WHERE definition.job_type IN (
+              SELECT jsonb_array_elements_text(
+                  current_setting('runledger.claim_limited_types')::jsonb))
+      AND definition.paused_at IS NULL
+)"""
+_LIMITED_TYPES: Final[LiteralString] = "job.job_type IN (SELECT job_type FROM limited)"
+# Each type's jobs in claim order, at most its slots; then the batch's best, at most the limit
+# (a row locked here but not leased stays PENDING and is free again at commit).
+_LIMITED_CANDIDATE: Final[LiteralString] = """
+    SELECT pick.id, pick.execution_resource_key, pick.run_number, pick.attempt
+    FROM limited
+    CROSS JOIN LATERAL (
+        SELECT job.id, job.execution_resource_key, job.run_number, job.attempt, job.priority,
+               job.next_run_at, job.created_at
+        FROM runledger_job_queue job
+        WHERE job.status = 'PENDING'
+          AND job.next_run_at <= now()
+          AND job.job_type = limited.job_type
+          AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
+        ORDER BY job.priority DESC, job.next_run_at, job.created_at
+        LIMIT GREATEST(limited.slots, 0)
+        FOR UPDATE OF job SKIP LOCKED
+    ) pick
+    ORDER BY pick.priority DESC, pick.next_run_at, pick.created_at
+    LIMIT %(limit)s
+"""
+# The rate limit's charge: one start per job leased (never per attempt to claim), appended
+# to the type's log, from which starts older than the period are dropped (so it never holds
+# more than rate_limit_count). A rollback of the claim rolls the charge back with it.
+_LIMITED_CHARGE: Final[LiteralString] = """,
+charged AS (
+    INSERT INTO runledger_job_rate_limits AS state (job_type, recent_starts)
+    SELECT limited.job_type,
+           ARRAY(SELECT start_at
+                 FROM unnest(COALESCE(limited.recent_starts, '{}'::timestamptz[])) AS start_at
+                 WHERE start_at > now()
+                                  - limited.rate_limit_period_seconds * interval '1 second'
+                 ORDER BY start_at)
+           || array_fill(now(), ARRAY[taken.jobs::integer])
+    FROM limited
+    JOIN (SELECT job_type, count(*) AS jobs FROM leased GROUP BY job_type) taken
+      ON taken.job_type = limited.job_type
+    WHERE limited.rate_limit_count IS NOT NULL
+    ON CONFLICT (job_type) DO UPDATE SET recent_starts = EXCLUDED.recent_starts
+)"""
+_LIMITED_RESULT: Final[
+    LiteralString
+] = """SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
+       timeout_seconds, checkpoint::text, now(), lease_expires_at
+FROM leased
+ORDER BY priority DESC, next_run_at, created_at, id"""
+
+# The claim of limited types, after LOCK_LIMITED_TYPES in the same transaction: the same
+# statement as the fast path's, over the locked types, each at most its slots.
+CLAIM_LIMITED_JOBS: Final[LiteralString] = (
+    _CLAIM_JOBS.replace("{tag}", "claim_limited_jobs")
+    .replace("{scope}", _LIMITED_SCOPE)
+    .replace("{types}", _LIMITED_TYPES)
+    .replace("{only}", "")
+    .replace("{candidate}", _LIMITED_CANDIDATE)
+    .replace("{charge}", _LIMITED_CHARGE)
+    .replace("{result}", _LIMITED_RESULT)
+)
 
 # The due jobs a failed batch claim covered, in claim order, without locks: each is then
 # claimed alone (CLAIM_ONE_JOB), so one row that cannot be leased costs the others nothing.
-CLAIM_CANDIDATE_IDS: Final[LiteralString] = """
+# The fast path's types only: paused and limited types are not the fallback's.
+CLAIM_CANDIDATE_IDS: Final[LiteralString] = (
+    "WITH "
+    + _FAST_SCOPE
+    + """
 SELECT job.id FROM runledger_job_queue job
 WHERE job.status = 'PENDING'
   AND job.next_run_at <= now()
-  AND job.job_type = ANY(%(job_types)s::text[])
+  AND """
+    + _FAST_TYPES
+    + """
 ORDER BY job.priority DESC, job.next_run_at, job.created_at
 LIMIT %(limit)s
 """
+)
 
 # Dead-letter a PENDING job that cannot be leased as it is stored (the claim of it alone failed
 # on its own values: an attempt counter at its bound, attempt rows ahead of it). No attempt

@@ -19,7 +19,15 @@ from __future__ import annotations
 from ..domain import FK_INTENT_PROMOTED_JOB
 from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
 from .intents import JobEnqueueIntent
-from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim, JobReplay
+from .jobs import (
+    Job,
+    JobAttempt,
+    JobDefinition,
+    JobEvent,
+    JobExecutionResourceClaim,
+    JobRateLimitState,
+    JobReplay,
+)
 from .schedules import JobSchedule, ScheduleFire
 
 __all__ = [
@@ -33,6 +41,7 @@ __all__ = [
     "JobEvent",
     "JobExecutionResourceClaim",
     "JobMetricsPage",
+    "JobRateLimitState",
     "JobReplay",
     "JobSchedule",
     "ScheduleFire",
