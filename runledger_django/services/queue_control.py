@@ -137,13 +137,14 @@ def _control(
 def _log_change(action: str, control: JobTypeControl) -> None:
     """One structured line per change: the audit trail of who paused what, and why."""
     logger.info(
-        "job type %s job_type=%s actor=%s max_concurrency=%s rate_limit=%s/%ss",
+        "job type %s job_type=%s actor=%s max_concurrency=%s rate_limit=%s",
         action,
         control.job_type,
         control.paused_by or "none",
-        control.max_concurrency,
-        control.rate_limit_count,
-        control.rate_limit_period_seconds,
+        control.max_concurrency or "none",
+        f"{control.rate_limit_count}/{control.rate_limit_period_seconds}s"
+        if control.rate_limit_count
+        else "none",
         extra={
             "runledger": {
                 "job_type": control.job_type,
