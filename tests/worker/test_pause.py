@@ -9,7 +9,9 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -52,6 +54,10 @@ def other_type(make_definition: MakeDefinition) -> None:
 
 def claim(limit: int = 10, types: list[str] | None = None) -> list[Any]:
     return claim_jobs(types or [TYPE, OTHER], worker_id=WORKER, limit=limit, lease_seconds=LEASE)
+
+
+def succeeded(job_id: uuid.UUID) -> bool:
+    return bool(job_row(job_id)["status"] == "SUCCEEDED")
 
 
 def paused_at(job_type: str = TYPE) -> dt.datetime | None:
@@ -237,10 +243,7 @@ def test_pause__survives_worker_restarts(
     for round_ in range(2):  # a start syncs definitions; the second is the restart
         marker = enqueue(job_type=OTHER)
         worker = start_worker({TYPE: lambda job: None, OTHER: lambda job: None})
-        wait_until(
-            lambda marker=marker: job_row(marker)["status"] == "SUCCEEDED",
-            what=f"round {round_}",
-        )
+        wait_until(partial(succeeded, marker), what=f"round {round_}")
         worker.finish()
         assert job_row(paused)["status"] == "PENDING"
         assert paused_at() is not None
