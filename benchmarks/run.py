@@ -38,6 +38,7 @@ SHAPES = {
     "i": ("write cost of the job-operations indexes; prune_jobs batches", "benchmarks.shape_i"),
     "j": ("admin search by idempotency key alone at one million rows", "benchmarks.shape_j"),
     "k": ("record_intent's cost of migration 0007's index and CHECK", "benchmarks.shape_k"),
+    "l": ("queue control: claim with limits configured against without", "benchmarks.shape_l"),
     "s": ("periodic schedules: fires/s, the due pass, latency, idle", "benchmarks.shape_s"),
     "o": ("exactly-once: atomic no-op drain rate against a plain one", "benchmarks.shape_o"),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
