@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -50,6 +51,11 @@ _limited_hints: dict[tuple[str, tuple[str, ...]], bool] = {}
 claim gives the limited types first pick of its batch, so a deep queue of unlimited types
 never starves them. Only a hint: which types are limited or paused is read by every claim
 from the definitions; a stale hint costs one round trip, never a wrong claim."""
+
+_limited_claims = threading.Lock()
+"""One limited claim at a time per process: a worker's loop and its completer would otherwise
+take each other's advisory locks and skip the type (a claimer that finds the lock taken skips
+it); across processes the skip stands, since waiting there would serialise every worker."""
 
 RESOURCE_HEAD_WINDOW_MIN = 1024
 RESOURCE_HEAD_WINDOW_MAX = 16384
@@ -125,12 +131,18 @@ def claim_jobs(
     time, across every worker and organization; a keyed job whose key is busy stays PENDING
     and does not take a slot, so a batch can come back short.
 
+    Queue control (docs/queue-control.md): a paused type is never claimed; a type with a
+    ``max_concurrency`` or a rate limit is claimed by a second transaction that locks the type
+    (skipping it when another claimer holds it) and leases at most what its limits leave;
+    unlimited types take the one statement alone. Jobs over a limit stay PENDING untouched.
+
     If the statement fails for something other than the session (a job whose stored values
     cannot be leased), the due jobs are claimed one by one instead, and a job whose claim
     alone fails on its own values is dead-lettered (``job.invalid_persisted_row``).
 
-    Transaction: one statement, its own transaction (or the caller's atomic block); the
-    fallback is one statement per job.
+    Transaction: one statement, its own transaction (or the caller's atomic block), plus one
+    transaction of two statements (one round trip) when limited types are among
+    ``job_types``; the fallback is one statement per job.
 
     Raises:
         RunledgerError: ``job.invalid_lease_duration``, ``job.invalid_pagination``,
@@ -170,15 +182,16 @@ def _claim_limited(params: dict[str, Any], limit: int, using: str) -> list[Claim
     transaction, one round trip outside the caller's. A type another claimer holds is skipped
     this round; a failure costs only the limited types this round (logged), never the others."""
     try:
-        _, rows = run_capped_together(
-            using,
-            (lifecycle_queries.LOCK_LIMITED_TYPES, lifecycle_queries.CLAIM_LIMITED_JOBS),
-            _limited_params(params, limit),
-            lock_ms=LOCK_CAP_MS,
-            statement_ms=STATEMENT_CAP_MS,
-            tag="/* runledger:claim_limited */\n",
-            context="claim jobs of limited types",
-        )
+        with _limited_claims:
+            _, rows = run_capped_together(
+                using,
+                (lifecycle_queries.LOCK_LIMITED_TYPES, lifecycle_queries.CLAIM_LIMITED_JOBS),
+                _limited_params(params, limit),
+                lock_ms=LOCK_CAP_MS,
+                statement_ms=STATEMENT_CAP_MS,
+                tag="/* runledger:claim_limited */\n",
+                context="claim jobs of limited types",
+            )
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
             raise
@@ -255,19 +268,20 @@ def complete_and_claim(
     outputs = [text for _, text in successes]
     if _limited_hints.get(_hint_key(claim, using)):
         # The limited types first (see _limited_hints), the fast path for the rest.
-        done, _, rows = run_capped_together(
-            using,
-            (
-                lifecycle_queries.COMPLETE_SUCCESS_MANY,
-                lifecycle_queries.LOCK_LIMITED_TYPES,
-                lifecycle_queries.CLAIM_LIMITED_JOBS,
-            ),
-            {**_limited_params(claim, claim["limit"]), **leases, "outputs": outputs},
-            lock_ms=LOCK_CAP_MS,
-            statement_ms=STATEMENT_CAP_MS,
-            tag="/* runledger:complete_and_claim_limited */\n",
-            context="complete jobs and claim the next",
-        )
+        with _limited_claims:
+            done, _, rows = run_capped_together(
+                using,
+                (
+                    lifecycle_queries.COMPLETE_SUCCESS_MANY,
+                    lifecycle_queries.LOCK_LIMITED_TYPES,
+                    lifecycle_queries.CLAIM_LIMITED_JOBS,
+                ),
+                {**_limited_params(claim, claim["limit"]), **leases, "outputs": outputs},
+                lock_ms=LOCK_CAP_MS,
+                statement_ms=STATEMENT_CAP_MS,
+                tag="/* runledger:complete_and_claim_limited */\n",
+                context="complete jobs and claim the next",
+            )
         claimed = [_decode_claimed(row, claim["worker_id"]) for row in rows]
         rest = claim["limit"] - len(claimed)
         if rest:

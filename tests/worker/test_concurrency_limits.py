@@ -8,6 +8,7 @@ in-process workers whose LEASED jobs another session samples while they run.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Iterator
@@ -188,8 +189,11 @@ server (max_connections is 100 by default); 40 still race for 3 slots."""
 
 @pytest.mark.django_db(transaction=True)
 def test_claim__many_concurrent_claimers__limit_holds_losers_claim_other_work(
-    enqueue: Enqueue, other_type: None
+    enqueue: Enqueue, other_type: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # One process serialises its own limited claims; these threads stand in for separate
+    # processes, so they race in the database for the type's lock and its slots.
+    monkeypatch.setattr(claim_service, "_limited_claims", contextlib.nullcontext())
     limit_type(max_concurrency=3)
     for _ in range(3 * CLAIMERS):
         enqueue()
