@@ -193,24 +193,27 @@ WHERE pg_try_advisory_xact_lock(%(limit_lock_space)s, hashtext(limited.job_type)
 # was admitted counting every earlier one still in its window). Both apply; the definition and
 # the log are read here, fresh, after the lock.
 _LIMITED_SCOPE: Final[LiteralString] = """limited AS MATERIALIZED (
-    SELECT definition.job_type, definition.rate_limit_count,
-           definition.rate_limit_period_seconds, state.recent_starts,
-           LEAST(
-               %(limit)s,
+    SELECT left_over.*,
+           LEAST(%(limit)s, left_over.concurrency_left, left_over.rate_left)::integer AS slots
+    FROM (
+        SELECT definition.job_type, definition.rate_limit_count,
+               definition.rate_limit_period_seconds, state.recent_starts,
                definition.max_concurrency - (
                    SELECT count(*) FROM runledger_job_queue running
-                   WHERE running.job_type = definition.job_type AND running.status = 'LEASED'),
+                   WHERE running.job_type = definition.job_type AND running.status = 'LEASED'
+               ) AS concurrency_left,
                definition.rate_limit_count - (
                    SELECT count(*) FROM unnest(state.recent_starts) AS start_at
                    WHERE start_at > now()
-                                    - definition.rate_limit_period_seconds * interval '1 second')
-           )::integer AS slots
-    FROM runledger_job_definitions definition
-    LEFT JOIN runledger_job_rate_limits state ON state.job_type = definition.job_type
-    WHERE definition.job_type IN (
-              SELECT jsonb_array_elements_text(
-                  current_setting('runledger.claim_limited_types')::jsonb))
-      AND definition.paused_at IS NULL
+                                    - definition.rate_limit_period_seconds * interval '1 second'
+               ) AS rate_left
+        FROM runledger_job_definitions definition
+        LEFT JOIN runledger_job_rate_limits state ON state.job_type = definition.job_type
+        WHERE definition.job_type IN (
+                  SELECT jsonb_array_elements_text(
+                      current_setting('runledger.claim_limited_types')::jsonb))
+          AND definition.paused_at IS NULL
+    ) left_over
 )"""
 _LIMITED_TYPES: Final[LiteralString] = "job.job_type IN (SELECT job_type FROM limited)"
 # Each type's jobs in claim order, at most its slots; then the batch's best, at most the limit
@@ -252,12 +255,39 @@ charged AS (
     WHERE limited.rate_limit_count IS NOT NULL
     ON CONFLICT (job_type) DO UPDATE SET recent_starts = EXCLUDED.recent_starts
 )"""
-_LIMITED_RESULT: Final[
-    LiteralString
-] = """SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
-       timeout_seconds, checkpoint::text, now(), lease_expires_at
-FROM leased
-ORDER BY priority DESC, next_run_at, created_at, id"""
+# The leased jobs, then a marker row (id NULL, the reason where the payload goes) per type its
+# limit held back this round: the limit left it fewer slots than the batch asked for, it took
+# them all, and another job of it is due. The reason is the limit that left fewer slots.
+_LIMITED_RESULT: Final[LiteralString] = (
+    "SELECT "
+    + _CLAIMED_COLUMNS
+    + """
+FROM (
+    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
+           payload::text AS payload, max_attempts, timeout_seconds,
+           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
+           next_run_at, created_at
+    FROM leased
+    UNION ALL
+    SELECT 1, NULL, NULL, NULL, limited.job_type, NULL,
+           CASE WHEN limited.rate_left IS NOT NULL
+                     AND limited.rate_left <= COALESCE(limited.concurrency_left,
+                                                       limited.rate_left)
+                THEN 'rate' ELSE 'concurrency' END,
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+    FROM limited
+    LEFT JOIN (SELECT job_type, count(*) AS jobs FROM leased GROUP BY job_type) taken
+      ON taken.job_type = limited.job_type
+    WHERE limited.slots < %(limit)s
+      AND COALESCE(taken.jobs, 0) >= GREATEST(limited.slots, 0)
+      AND (SELECT count(*) FROM (
+               SELECT 1 FROM runledger_job_queue due
+               WHERE due.job_type = limited.job_type AND due.status = 'PENDING'
+                 AND due.next_run_at <= now()
+               LIMIT COALESCE(taken.jobs, 0) + 1) due_jobs) > COALESCE(taken.jobs, 0)
+) claimed
+ORDER BY part, priority DESC, next_run_at, created_at, id"""
+)
 
 # The claim of limited types, after LOCK_LIMITED_TYPES in the same transaction: the same
 # statement as the fast path's, over the locked types, each at most its slots.

@@ -57,6 +57,24 @@ _limited_claims = threading.Lock()
 take each other's advisory locks and skip the type (a claimer that finds the lock taken skips
 it); across processes the skip stands, since waiting there would serialise every worker."""
 
+ThrottleListener = Callable[[str, str], None]
+_throttle_listeners: list[ThrottleListener] = []
+
+
+def add_throttle_listener(listener: ThrottleListener) -> None:
+    """Call ``listener(job_type, reason)`` each time a claim leaves due jobs of a limited type
+    behind because of its limit; ``reason`` is ``"concurrency"`` or ``"rate"`` (the metrics'
+    ``runledger_worker_claims_throttled_total``). Listeners run in the claiming thread and
+    must not raise or block."""
+    if listener not in _throttle_listeners:
+        _throttle_listeners.append(listener)
+
+
+def remove_throttle_listener(listener: ThrottleListener) -> None:
+    if listener in _throttle_listeners:
+        _throttle_listeners.remove(listener)
+
+
 RESOURCE_HEAD_WINDOW_MIN = 1024
 RESOURCE_HEAD_WINDOW_MAX = 16384
 RESOURCE_HEAD_WINDOW_FACTOR = 64
@@ -197,7 +215,17 @@ def _claim_limited(params: dict[str, Any], limit: int, using: str) -> list[Claim
             raise
         _log_limited_failure(error)
         return []
-    return [_decode_claimed(row, params["worker_id"]) for row in rows]
+    return _limited_claimed(rows, params["worker_id"])
+
+
+def _limited_claimed(rows: list[tuple[Any, ...]], worker_id: str) -> list[ClaimedJob]:
+    """The limited claim's jobs; its marker rows (id NULL: a type its limit held back, with
+    the reason in the payload's place) go to the throttle listeners."""
+    for row in rows:
+        if row[0] is None:
+            for listener in list(_throttle_listeners):
+                listener(row[3], row[5])
+    return [_decode_claimed(row, worker_id) for row in rows if row[0] is not None]
 
 
 def _limited_params(params: dict[str, Any], limit: int) -> dict[str, Any]:
@@ -282,7 +310,7 @@ def complete_and_claim(
                 tag="/* runledger:complete_and_claim_limited */\n",
                 context="complete jobs and claim the next",
             )
-        claimed = [_decode_claimed(row, claim["worker_id"]) for row in rows]
+        claimed = _limited_claimed(rows, claim["worker_id"])
         rest = claim["limit"] - len(claimed)
         if rest:
             claimed += _after_commit(lambda: _claim_fast(claim, rest, using, then_limited=False))

@@ -181,3 +181,46 @@ def test_workers__rate_limit__no_window_of_the_period_holds_more_than_count_star
     ]
     assert window[0] == COUNT  # the initial burst
     assert max(window) == COUNT
+
+
+@pytest.fixture
+def throttles() -> Iterator[list[tuple[str, str]]]:
+    seen: list[tuple[str, str]] = []
+
+    def listener(job_type: str, reason: str) -> None:
+        seen.append((job_type, reason))
+
+    claim_service.add_throttle_listener(listener)
+    yield seen
+    claim_service.remove_throttle_listener(listener)
+
+
+@pytest.mark.django_db
+def test_throttled_claims__reported_with_their_reason(
+    enqueue: Enqueue, make_definition: MakeDefinition, throttles: list[tuple[str, str]]
+) -> None:
+    make_definition(OTHER, max_concurrency=1)
+    rate(2, 3600)
+    for _ in range(3):
+        enqueue()
+        enqueue(job_type=OTHER)
+
+    assert len(claim(3)) == 2  # the rate limit leaves 2 of the 3 asked for
+    assert claim(3) == []
+    assert len(claim(3, [OTHER])) == 1
+
+    assert throttles == [(TYPE, "rate"), (TYPE, "rate"), (OTHER, "concurrency")]
+
+
+@pytest.mark.django_db
+def test_throttled_claims__nothing_more_due__not_reported(
+    enqueue: Enqueue, throttles: list[tuple[str, str]]
+) -> None:
+    rate(2, 3600)
+    enqueue()
+    enqueue()
+
+    assert len(claim(3)) == 2  # the limit was reached, but nothing was held back
+    assert claim(3) == []  # nothing due: an idle claim, not a throttled one
+
+    assert throttles == []
