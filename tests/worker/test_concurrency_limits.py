@@ -9,25 +9,38 @@ in-process workers whose LEASED jobs another session samples while they run.
 from __future__ import annotations
 
 import contextlib
+import signal
 import threading
 import time
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connections
 
-from runledger_django import JobContext, set_job_type_limits
+from runledger_django import JobContext, enqueue_job, set_job_type_limits
 from runledger_django.domain import ClaimedJob
-from runledger_django.models import Job, JobDefinition
+from runledger_django.models import Job, JobAttempt, JobDefinition
 from runledger_django.services import claim as claim_service
 from runledger_django.services.claim import claim_jobs, complete_and_claim
 from runledger_django.services.lifecycle import complete_job_success
 from runledger_django.services.reaper import reap_expired_leases
 from tests.conftest import MakeDefinition, OpenSession, run_sql
-from tests.worker.conftest import LEASE, TYPE, WORKER, Enqueue, expire_lease, make_due, wait_until
+from tests.worker.conftest import (
+    LEASE,
+    TYPE,
+    WORKER,
+    Enqueue,
+    SpawnWorker,
+    expire_lease,
+    make_due,
+    wait_until,
+)
 from tests.worker.test_worker_loop import StartWorker, gates, start_worker  # noqa: F401
+from tests.worker_app import BLOCK
 
 OTHER = "jobs.test.other"
 
@@ -301,3 +314,45 @@ def test_workers__max_concurrency_2__never_more_than_2_leased_at_any_sampled_ins
     assert max(samples) == 2, max(samples)  # reached, never passed
     assert running.peak == 2
     assert len(samples) > 50  # the sampler really watched the run
+
+
+# --- a dead worker's slot ---------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_sigkilled__its_slot_freed_by_the_reaper__the_next_job_runs(
+    app_definitions: None, spawn_worker: SpawnWorker, tmp_path: Path
+) -> None:
+    """max_concurrency=1: worker A is SIGKILLed while its job runs, so the slot stays taken
+    (its lease may still be live). Worker B's reaper, never held back by the limit, retries the
+    expired lease once it runs out; the freed slot goes to the next due job."""
+    log, release = tmp_path / "starts.log", tmp_path / "release"
+    payload = {"log": str(log), "release": str(release)}
+    limit_type(BLOCK, max_concurrency=1)
+    first_job = enqueue_job(BLOCK, payload).job_id
+    second_job = enqueue_job(BLOCK, payload).job_id
+    fast = {"WORKER_POLL_INTERVAL": 0.2, "REAPER_INTERVAL_SECONDS": 0.5, "LEASE_SECONDS": 2}
+    try:
+        first = spawn_worker("--concurrency", "4", **fast)
+        wait_until(lambda: log.exists() and log.read_text(), what="worker A's handler")
+        first.signal(signal.SIGKILL)
+        assert first.wait() == -signal.SIGKILL
+        assert leased(BLOCK) == 1
+
+        second = spawn_worker("--concurrency", "4", **fast)
+        wait_until(
+            lambda: len(log.read_text().splitlines()) == 2, what="worker B's start of the next job"
+        )
+        started = [line.split()[0] for line in log.read_text().splitlines()]
+        assert started == [str(first_job), str(second_job)]
+        assert JobAttempt.objects.get(job_id=first_job).failure_kind == "LEASE_EXPIRED"
+        assert leased(BLOCK) == 1
+    finally:
+        release.touch()
+    wait_until(lambda: job_status(second_job) == "SUCCEEDED", what="the second job")
+    second.signal(signal.SIGTERM)
+    assert second.wait() == 0
+
+
+def job_status(job_id: uuid.UUID) -> str:
+    return str(Job.objects.values_list("status", flat=True).get(id=job_id))
