@@ -163,143 +163,25 @@ CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_jo
 
 # --- claims of limited job types (docs/queue-control.md) -------------------------------------
 
-# The first statement of a limited claim's transaction: take a transaction-scoped advisory lock
-# per limited type (namespaced: the two-key form, this key space, the type's hash), skipping a
-# type whose lock another claimer holds, and leave the types locked in a transaction-local
-# setting for CLAIM_LIMITED_JOBS. The count of LEASED jobs must be read by a *later* statement:
-# only a snapshot taken after the lock sees the previous holder's committed claim (READ
-# COMMITTED takes one per statement). The lock ends with the transaction, so it also works
-# behind PgBouncer in transaction mode. Never a wait: no order of locks can deadlock.
+# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0011,
+# planned once per session. It takes a transaction-scoped advisory lock per limited type (the
+# two-key form: this key space, the type's hash), skipping a type another claimer holds; then,
+# in a later query of the same transaction (whose snapshot sees every claim the lock's previous
+# holder committed; READ COMMITTED takes one per query), it reads each locked type's definition,
+# counts its LEASED jobs (an expired, unreaped lease still counts: its handler may run) and its
+# starts in the rate window, leases at most what both limits leave, in claim order, as the fast
+# path leases (resource keys included), and appends the starts to the type's log (dropping those
+# that left the window: "at most N starts in any window of the period" holds exactly). A type
+# its limit held back (fewer slots than asked, all taken, another job due) gets a marker row:
+# id NULL, the reason ("concurrency" or "rate") in the payload column. The lock ends with the
+# transaction, so it also works behind PgBouncer in transaction mode.
 LIMIT_LOCK_SPACE: Final[int] = 1920298605
-LOCK_LIMITED_TYPES: Final[LiteralString] = """
-/* runledger:lock_limited_job_types */
-SELECT set_config('runledger.claim_limited_types',
-                  COALESCE(jsonb_agg(limited.job_type)::text, '[]'), true)
-FROM (
-    SELECT definition.job_type
-    FROM runledger_job_definitions definition
-    WHERE definition.job_type = ANY(%(job_types)s::text[])
-      AND definition.paused_at IS NULL
-      AND (definition.max_concurrency IS NOT NULL OR definition.rate_limit_count IS NOT NULL)
-    ORDER BY definition.job_type
-    OFFSET 0
-) limited
-WHERE pg_try_advisory_xact_lock(%(limit_lock_space)s, hashtext(limited.job_type))
+CLAIM_LIMITED_JOBS: Final[LiteralString] = """
+SELECT /* runledger:claim_limited_jobs */ id, run_number, attempt, job_type, organization_id,
+       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at
+FROM runledger_claim_limited(%(job_types)s::text[], %(limit)s, %(head_window)s,
+                             %(worker_id)s, %(lease_seconds)s, %(limit_lock_space)s)
 """
-
-# Per locked type, the jobs it may start now: its max_concurrency less its LEASED jobs (an
-# expired, unreaped lease still counts: its handler may be running), and its rate_limit_count
-# less the starts its log holds within the last period (a sliding window, exact: every start
-# was admitted counting every earlier one still in its window). Both apply; the definition and
-# the log are read here, fresh, after the lock.
-_LIMITED_SCOPE: Final[LiteralString] = """limited AS MATERIALIZED (
-    SELECT left_over.*,
-           LEAST(%(limit)s, left_over.concurrency_left, left_over.rate_left)::integer AS slots
-    FROM (
-        SELECT definition.job_type, definition.rate_limit_count,
-               definition.rate_limit_period_seconds, state.recent_starts,
-               definition.max_concurrency - (
-                   SELECT count(*) FROM runledger_job_queue running
-                   WHERE running.job_type = definition.job_type AND running.status = 'LEASED'
-               ) AS concurrency_left,
-               definition.rate_limit_count - (
-                   SELECT count(*) FROM unnest(state.recent_starts) AS start_at
-                   WHERE start_at > now()
-                                    - definition.rate_limit_period_seconds * interval '1 second'
-               ) AS rate_left
-        FROM runledger_job_definitions definition
-        LEFT JOIN runledger_job_rate_limits state ON state.job_type = definition.job_type
-        WHERE definition.job_type IN (
-                  SELECT jsonb_array_elements_text(
-                      current_setting('runledger.claim_limited_types')::jsonb))
-          AND definition.paused_at IS NULL
-    ) left_over
-)"""
-_LIMITED_TYPES: Final[LiteralString] = "job.job_type IN (SELECT job_type FROM limited)"
-# Each type's jobs in claim order, at most its slots; then the batch's best, at most the limit
-# (a row locked here but not leased stays PENDING and is free again at commit).
-_LIMITED_CANDIDATE: Final[LiteralString] = """
-    SELECT pick.id, pick.execution_resource_key, pick.run_number, pick.attempt
-    FROM limited
-    CROSS JOIN LATERAL (
-        SELECT job.id, job.execution_resource_key, job.run_number, job.attempt, job.priority,
-               job.next_run_at, job.created_at
-        FROM runledger_job_queue job
-        WHERE job.status = 'PENDING'
-          AND job.next_run_at <= now()
-          AND job.job_type = limited.job_type
-          AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-        ORDER BY job.priority DESC, job.next_run_at, job.created_at
-        LIMIT GREATEST(limited.slots, 0)
-        FOR UPDATE OF job SKIP LOCKED
-    ) pick
-    ORDER BY pick.priority DESC, pick.next_run_at, pick.created_at
-    LIMIT %(limit)s
-"""
-# The rate limit's charge: one start per job leased (never per attempt to claim), appended
-# to the type's log, from which starts older than the period are dropped (so it never holds
-# more than rate_limit_count). A rollback of the claim rolls the charge back with it.
-_LIMITED_CHARGE: Final[LiteralString] = """,
-charged AS (
-    INSERT INTO runledger_job_rate_limits AS state (job_type, recent_starts)
-    SELECT limited.job_type,
-           ARRAY(SELECT start_at
-                 FROM unnest(COALESCE(limited.recent_starts, '{}'::timestamptz[])) AS start_at
-                 WHERE start_at > now()
-                                  - limited.rate_limit_period_seconds * interval '1 second'
-                 ORDER BY start_at)
-           || array_fill(now(), ARRAY[taken.jobs::integer])
-    FROM limited
-    JOIN (SELECT job_type, count(*) AS jobs FROM leased GROUP BY job_type) taken
-      ON taken.job_type = limited.job_type
-    WHERE limited.rate_limit_count IS NOT NULL
-    ON CONFLICT (job_type) DO UPDATE SET recent_starts = EXCLUDED.recent_starts
-)"""
-# The leased jobs, then a marker row (id NULL, the reason where the payload goes) per type its
-# limit held back this round: the limit left it fewer slots than the batch asked for, it took
-# them all, and another job of it is due. The reason is the limit that left fewer slots.
-_LIMITED_RESULT: Final[LiteralString] = (
-    "SELECT "
-    + _CLAIMED_COLUMNS
-    + """
-FROM (
-    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
-           payload::text AS payload, max_attempts, timeout_seconds,
-           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
-           next_run_at, created_at
-    FROM leased
-    UNION ALL
-    SELECT 1, NULL, NULL, NULL, limited.job_type, NULL,
-           CASE WHEN limited.rate_left IS NOT NULL
-                     AND limited.rate_left <= COALESCE(limited.concurrency_left,
-                                                       limited.rate_left)
-                THEN 'rate' ELSE 'concurrency' END,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
-    FROM limited
-    LEFT JOIN (SELECT job_type, count(*) AS jobs FROM leased GROUP BY job_type) taken
-      ON taken.job_type = limited.job_type
-    WHERE limited.slots < %(limit)s
-      AND COALESCE(taken.jobs, 0) >= GREATEST(limited.slots, 0)
-      AND (SELECT count(*) FROM (
-               SELECT 1 FROM runledger_job_queue due
-               WHERE due.job_type = limited.job_type AND due.status = 'PENDING'
-                 AND due.next_run_at <= now()
-               LIMIT COALESCE(taken.jobs, 0) + 1) due_jobs) > COALESCE(taken.jobs, 0)
-) claimed
-ORDER BY part, priority DESC, next_run_at, created_at, id"""
-)
-
-# The claim of limited types, after LOCK_LIMITED_TYPES in the same transaction: the same
-# statement as the fast path's, over the locked types, each at most its slots.
-CLAIM_LIMITED_JOBS: Final[LiteralString] = (
-    _CLAIM_JOBS.replace("{tag}", "claim_limited_jobs")
-    .replace("{scope}", _LIMITED_SCOPE)
-    .replace("{types}", _LIMITED_TYPES)
-    .replace("{only}", "")
-    .replace("{candidate}", _LIMITED_CANDIDATE)
-    .replace("{charge}", _LIMITED_CHARGE)
-    .replace("{result}", _LIMITED_RESULT)
-)
 
 # The due jobs a failed batch claim covered, in claim order, without locks: each is then
 # claimed alone (CLAIM_ONE_JOB), so one row that cannot be leased costs the others nothing.

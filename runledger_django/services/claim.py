@@ -201,13 +201,10 @@ def _claim_limited(params: dict[str, Any], limit: int, using: str) -> list[Claim
     this round; a failure costs only the limited types this round (logged), never the others."""
     try:
         with _limited_claims:
-            _, rows = run_capped_together(
+            rows = transition(
                 using,
-                (lifecycle_queries.LOCK_LIMITED_TYPES, lifecycle_queries.CLAIM_LIMITED_JOBS),
+                lifecycle_queries.CLAIM_LIMITED_JOBS,
                 _limited_params(params, limit),
-                lock_ms=LOCK_CAP_MS,
-                statement_ms=STATEMENT_CAP_MS,
-                tag="/* runledger:claim_limited */\n",
                 context="claim jobs of limited types",
             )
     except RunledgerError as error:
@@ -297,13 +294,9 @@ def complete_and_claim(
     if _limited_hints.get(_hint_key(claim, using)):
         # The limited types first (see _limited_hints), the fast path for the rest.
         with _limited_claims:
-            done, _, rows = run_capped_together(
+            done, rows = run_capped_together(
                 using,
-                (
-                    lifecycle_queries.COMPLETE_SUCCESS_MANY,
-                    lifecycle_queries.LOCK_LIMITED_TYPES,
-                    lifecycle_queries.CLAIM_LIMITED_JOBS,
-                ),
+                (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_LIMITED_JOBS),
                 {**_limited_params(claim, claim["limit"]), **leases, "outputs": outputs},
                 lock_ms=LOCK_CAP_MS,
                 statement_ms=STATEMENT_CAP_MS,

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from functools import partial
@@ -31,6 +30,7 @@ from runledger_django.models import Job, JobDefinition
 from runledger_django.services.claim import claim_jobs, ensure_job_definitions
 from runledger_django.services.lifecycle import complete_job_success
 from runledger_django.services.reaper import reap_expired_leases
+from runledger_django.worker.listener import Listener
 from tests.conftest import MakeDefinition, OpenSession, wait_for_lock_wait
 from tests.worker.conftest import (
     LEASE,
@@ -41,7 +41,7 @@ from tests.worker.conftest import (
     job_row,
     wait_until,
 )
-from tests.worker.test_wakeup import CHANNEL, LONG_POLL, IdleWorker, idle_worker  # noqa: F401
+from tests.worker.test_wakeup import CHANNEL, LONG_POLL
 from tests.worker.test_worker_loop import StartWorker, gates, start_worker  # noqa: F401
 
 OTHER = "jobs.test.other"
@@ -254,18 +254,21 @@ def test_pause__survives_worker_restarts(
 
 @pytest.mark.django_db(transaction=True)
 def test_resume__idle_listening_worker__runs_the_job_long_before_its_poll_interval(
-    idle_worker: Callable[..., IdleWorker],  # noqa: F811
+    definition: None,
+    start_worker: StartWorker,  # noqa: F811
 ) -> None:
     pause_job_type(TYPE)
     # Enqueued before the worker starts: the resume's notification is then the only one this
     # process sends near it (sends are coalesced per process within COALESCE_SECONDS).
     job_id = enqueue_job(TYPE, {}).job_id
-    worker = idle_worker()
-    worker.wait_listening()  # its first claim, after its own poke, found the type paused
-    assert job_row(job_id)["status"] == "PENDING"
-    pokes = len(worker.notifications)
+    worker = start_worker({TYPE: lambda job: None}, listen=True, poll_interval=LONG_POLL)
+    listener = wait_until(
+        lambda: next((t for t in worker.worker.threads if isinstance(t, Listener)), None),
+        what="the listener thread",
+    )
+    assert listener.connected.wait(30)
+    assert job_row(job_id)["status"] == "PENDING"  # its first claims found the type paused
 
-    sent = time.monotonic()
     resume_job_type(TYPE)
 
     wait_until(
@@ -273,10 +276,7 @@ def test_resume__idle_listening_worker__runs_the_job_long_before_its_poll_interv
         timeout=LONG_POLL / 2,
         what="the resumed job, long before the worker's next poll",
     )
-    wait_until(
-        lambda: [at for ch, at in worker.notifications[pokes:] if ch == CHANNEL and at >= sent],
-        what="the resume's notification at the idle worker",
-    )
+    worker.finish()
 
 
 @pytest.mark.django_db(transaction=True)
