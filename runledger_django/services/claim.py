@@ -150,17 +150,17 @@ def claim_jobs(
     and does not take a slot, so a batch can come back short.
 
     Queue control (docs/queue-control.md): a paused type is never claimed; a type with a
-    ``max_concurrency`` or a rate limit is claimed by a second transaction that locks the type
-    (skipping it when another claimer holds it) and leases at most what its limits leave;
-    unlimited types take the one statement alone. Jobs over a limit stay PENDING untouched.
+    ``max_concurrency`` or a rate limit is claimed by a second statement (the
+    ``runledger_claim_limited`` function) that locks the type (skipping it when another
+    claimer holds it) and leases at most what its limits leave; unlimited types take the one
+    statement alone. Jobs over a limit stay PENDING untouched.
 
     If the statement fails for something other than the session (a job whose stored values
     cannot be leased), the due jobs are claimed one by one instead, and a job whose claim
     alone fails on its own values is dead-lettered (``job.invalid_persisted_row``).
 
     Transaction: one statement, its own transaction (or the caller's atomic block), plus one
-    transaction of two statements (one round trip) when limited types are among
-    ``job_types``; the fallback is one statement per job.
+    more when limited types are among ``job_types``; the fallback is one statement per job.
 
     Raises:
         RunledgerError: ``job.invalid_lease_duration``, ``job.invalid_pagination``,
