@@ -39,6 +39,7 @@ SHAPES = {
     "j": ("admin search by idempotency key alone at one million rows", "benchmarks.shape_j"),
     "k": ("record_intent's cost of migration 0007's index and CHECK", "benchmarks.shape_k"),
     "m": ("Prometheus queue gauges: one scrape at one million jobs", "benchmarks.shape_m"),
+    "l": ("queue control: claim with limits configured against without", "benchmarks.shape_l"),
     "s": ("periodic schedules: fires/s, the due pass, latency, idle", "benchmarks.shape_s"),
     "o": ("exactly-once: atomic no-op drain rate against a plain one", "benchmarks.shape_o"),
     "n": ("observability: drain rate with tracing on against off", "benchmarks.shape_n"),

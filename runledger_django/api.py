@@ -10,6 +10,7 @@ from .domain import (
     IntentStatus,
     JobMetrics,
     JobTarget,
+    JobTypeControl,
     PromotionReport,
     ReadScope,
     ReplayOutcome,
@@ -25,6 +26,7 @@ from .services.job_control import cancel_job, requeue_job
 from .services.job_metrics import job_metrics
 from .services.metrics import intent_metrics
 from .services.promotion import promote_intents
+from .services.queue_control import pause_job_type, resume_job_type, set_job_type_limits
 from .services.replay import replay_job
 from .services.retention import delete_promoted_intents_before, delete_promoted_intents_for_jobs
 from .services.schedules import (
@@ -57,6 +59,7 @@ __all__ = [
     "JobContext",
     "JobMetrics",
     "JobTarget",
+    "JobTypeControl",
     "PromotionReport",
     "ReadScope",
     "ReplayOutcome",
@@ -81,11 +84,13 @@ __all__ = [
     "list_intents",
     "list_schedules",
     "next_fires",
+    "pause_job_type",
     "pause_schedule",
     "promote_intents",
     "record_intent",
     "replay_job",
     "requeue_job",
+    "resume_job_type",
     "resume_schedule",
     "retime_schedule",
     "run_jobs",
@@ -93,5 +98,6 @@ __all__ = [
     "save_schedule",
     "schedule",
     "schedule_metrics",
+    "set_job_type_limits",
     "trigger_schedule",
 ]

@@ -316,12 +316,16 @@ def coerce_uuid(value: object, code: Code = Code.INVALID_ORGANIZATION_ID) -> uui
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobDefaults:
-    """The defaults a handler declares for its job type; None keeps the table's default."""
+    """The defaults a handler declares for its job type; None keeps the table's default.
+    The limits apply when the definition is created; an existing one keeps the operator's."""
 
     job_type: str
     max_attempts: int | None = None
     timeout_seconds: int | None = None
     priority: int | None = None
+    max_concurrency: int | None = None
+    rate_limit: tuple[int, int] | None = None
+    """(count, period_seconds): at most count job starts per period."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,6 +406,44 @@ class ReplayOutcome:
             "disposition": self.disposition,
             "source_job_id": str(self.source_job_id),
             "source_run_number": self.source_run_number,
+        }
+
+
+RATE_LIMIT_COUNT_MAX = 10_000
+"""The most starts a rate limit may allow per period: the claim keeps one timestamp per start
+of the window (a higher rate takes a shorter period)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobTypeControl:
+    """A job type's queue control (docs/queue-control.md): its pause and its limits, as the
+    definition row holds them after the call. ``changed`` is False when the call found the
+    state it asked for already there (a second pause keeps the first pause time)."""
+
+    job_type: str
+    paused_at: dt.datetime | None
+    paused_reason: str | None
+    paused_by: str | None
+    max_concurrency: int | None
+    rate_limit_count: int | None
+    rate_limit_period_seconds: int | None
+    changed: bool
+
+    @property
+    def paused(self) -> bool:
+        return self.paused_at is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "job_type": self.job_type,
+            "paused": self.paused,
+            "paused_at": None if self.paused_at is None else self.paused_at.isoformat(),
+            "paused_reason": self.paused_reason,
+            "paused_by": self.paused_by,
+            "max_concurrency": self.max_concurrency,
+            "rate_limit_count": self.rate_limit_count,
+            "rate_limit_period_seconds": self.rate_limit_period_seconds,
+            "changed": self.changed,
         }
 
 
@@ -487,6 +529,9 @@ class JobMetrics:
     dead_lettered_24h: int
     oldest_due_at: dt.datetime | None
     """The ``next_run_at`` of the longest-waiting due job: how far behind the workers are."""
+    paused: bool = False
+    """The type is paused (docs/queue-control.md): its due jobs wait for a resume, not for
+    workers."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -718,6 +763,12 @@ class JobTypeQueueState:
     """PENDING intents whose promotion was deferred at least once."""
     oldest_intent_age_seconds: float = 0.0
     """Now minus the creation of the oldest PENDING intent; 0 when none."""
+    paused: bool | None = None
+    """Whether the type is paused (queue control); None for a folded label or no definition."""
+    concurrency_limit: int | None = None
+    """The definition's ``max_concurrency``; None: unlimited (or a folded label)."""
+    rate_limit_per_second: float | None = None
+    """The definition's start rate limit as starts per second; None: unlimited."""
     workers_live: int | None = None
     """Live workers (fresh ``runledger_workers`` rows) serving the type; None for a folded
     label, whose types' workers may overlap."""

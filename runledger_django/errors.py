@@ -96,6 +96,9 @@ class Code(StrEnum):
     SCHEDULE_DEFINITION_NOT_FOUND_OR_DISABLED = "job_schedule.definition_not_found_or_disabled"
     SCHEDULE_REQUIRES_OWN_TRANSACTION = "job_schedule.requires_own_transaction"
     DEFINITION_ACTIVE_SCHEDULE_EXISTS = "job_definition.active_schedule_exists"
+    # Queue control (issue 21).
+    DEFINITION_INVALID_PAUSE_NOTE = "job_definition.invalid_pause_note"
+    DEFINITION_INVALID_LIMIT = "job_definition.invalid_limit"
     DB_UNIQUE_VIOLATION = "db.unique_violation"
     DB_RELATED_RESOURCE_MISSING = "db.related_resource_missing"
     DB_RELATED_RESOURCE_STILL_REFERENCED = "db.related_resource_still_referenced"
@@ -286,6 +289,14 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
     Code.DEFINITION_ACTIVE_SCHEDULE_EXISTS: (
         _C,
         "Job definition cannot be disabled while an active schedule uses it.",
+    ),
+    Code.DEFINITION_INVALID_PAUSE_NOTE: (
+        _V,
+        "A pause reason or actor must be text of at most 500 characters.",
+    ),
+    Code.DEFINITION_INVALID_LIMIT: (
+        _V,
+        "A job type limit must be a positive integer (rate_limit: count and period_seconds).",
     ),
     Code.DB_UNIQUE_VIOLATION: (_C, "Resource already exists."),
     Code.DB_RELATED_RESOURCE_MISSING: (_V, "Related resource does not exist."),

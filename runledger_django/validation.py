@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from .domain import (
     PAGE_LIMIT_MAX,
+    RATE_LIMIT_COUNT_MAX,
     EnqueueRequest,
     IntentStatus,
     JobStage,
@@ -128,6 +129,47 @@ def _int32(value: object, code: Code, field: str, *, positive: bool) -> int | No
     if not INT32_MIN <= value <= INT32_MAX or (positive and value <= 0):
         raise RunledgerError.for_code(code, f"{field} out of range")
     return value
+
+
+PAUSE_NOTE_MAX_CHARS = 500
+
+
+def validate_pause_note(value: object, field: str) -> str | None:
+    """A pause's reason or actor: None, or short storable text."""
+    if value is None:
+        return None
+    text = _text(value, Code.DEFINITION_INVALID_PAUSE_NOTE, field)
+    if is_blank(text) or len(text) > PAUSE_NOTE_MAX_CHARS:
+        raise RunledgerError.for_code(
+            Code.DEFINITION_INVALID_PAUSE_NOTE,
+            f"{field} must be 1 to {PAUSE_NOTE_MAX_CHARS} non-blank characters",
+        )
+    return text
+
+
+def validate_limits(
+    max_concurrency: object, rate_limit: object
+) -> tuple[int | None, int | None, int | None]:
+    """A job type's limits as the definition stores them: (max_concurrency, rate count,
+    rate period seconds), each None or a positive 32-bit int; ``rate_limit`` is None or a
+    (count, period_seconds) pair."""
+    code = Code.DEFINITION_INVALID_LIMIT
+    concurrency = _int32(max_concurrency, code, "max_concurrency", positive=True)
+    if rate_limit is None:
+        return concurrency, None, None
+    if not isinstance(rate_limit, tuple | list) or len(rate_limit) != 2:
+        raise RunledgerError.for_code(
+            code, "rate_limit must be None or a (count, period_seconds) pair"
+        )
+    count = _int32(rate_limit[0], code, "rate_limit count", positive=True)
+    period = _int32(rate_limit[1], code, "rate_limit period_seconds", positive=True)
+    if count is None or period is None:
+        raise RunledgerError.for_code(code, "rate_limit needs both a count and a period")
+    if count > RATE_LIMIT_COUNT_MAX:
+        raise RunledgerError.for_code(
+            code, f"rate_limit count above {RATE_LIMIT_COUNT_MAX}: use a shorter period"
+        )
+    return concurrency, count, period
 
 
 def validate_organization_id(value: object) -> uuid.UUID | None:

@@ -634,6 +634,7 @@ JOB_METRICS_KEYS = [
     "retried_24h",
     "dead_lettered_24h",
     "oldest_due_at",
+    "paused",
 ]
 
 
@@ -678,7 +679,8 @@ def test_job_metrics__json__one_list_with_field_names(
 def test_job_metrics__table__header_and_one_line_per_type(job_rows: None) -> None:
     lines = run("job_metrics").splitlines()
 
-    assert lines[0].split() == JOB_METRICS_KEYS
+    # The table keeps its timestamp last: the pause comes just before it.
+    assert lines[0].split() == [*JOB_METRICS_KEYS[:-2], "paused", "oldest_due_at"]
     assert [line.split() for line in lines[1:]][1] == [
         OTHER_JOB_TYPE,
         "0",
@@ -688,11 +690,12 @@ def test_job_metrics__table__header_and_one_line_per_type(job_rows: None) -> Non
         "0",
         "0",
         "0",
+        "False",
         "-",
     ]
     first = lines[1].split()
-    assert first[:8] == [TEST_JOB_TYPE, "2", "0", "0", "0", "0", "0", "0"]
-    assert first[8].endswith("Z")
+    assert first[:9] == [TEST_JOB_TYPE, "2", "0", "0", "0", "0", "0", "0", "False"]
+    assert first[9].endswith("Z")
 
 
 def test_job_metrics__empty_scope__says_so() -> None:

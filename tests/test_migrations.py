@@ -27,6 +27,7 @@ from runledger_django.models import (
     JobEnqueueIntent,
     JobEvent,
     JobExecutionResourceClaim,
+    JobRateLimitState,
     JobSchedule,
     QueueSample,
     ScheduleFire,
@@ -651,6 +652,40 @@ CONTRACT_INDEXES.update(
     }
 )
 
+# --- queue control (migration 0014) ----------------------------------------------------------
+
+TABLES = sorted([*TABLES, "runledger_job_rate_limits"])
+COLUMNS["runledger_job_definitions"].update(
+    {
+        "paused_at": (TS, False, None),
+        "paused_reason": ("text", False, None),
+        "paused_by": ("text", False, None),
+        "max_concurrency": ("integer", False, None),
+        "rate_limit_count": ("integer", False, None),
+        "rate_limit_period_seconds": ("integer", False, None),
+    }
+)
+COLUMNS["runledger_job_rate_limits"] = {
+    "job_type": ("text", True, None),
+    # Not in the model (migration 0014 adds it with RunSQL): only the claim statements use it.
+    "recent_starts": ("timestamp with time zone[]", True, "'{}'::timestamp with time zone[]"),
+}
+CONSTRAINTS.update(
+    {
+        "chk_job_definitions_max_concurrency_positive": (
+            "runledger_job_definitions",
+            "CHECK (((max_concurrency IS NULL) OR (max_concurrency > 0)))",
+        ),
+        "chk_job_definitions_rate_limit_valid": (
+            "runledger_job_definitions",
+            "CHECK ((((rate_limit_count IS NULL) AND (rate_limit_period_seconds IS NULL)) OR "
+            "((rate_limit_count > 0) AND (rate_limit_count <= 10000) AND "
+            "(rate_limit_period_seconds > 0))))",
+        ),
+        "runledger_job_rate_limits_pkey": ("runledger_job_rate_limits", "PRIMARY KEY (job_type)"),
+    }
+)
+
 
 # --- the worker registry (migration 0011) -----------------------------------------------------
 
@@ -842,10 +877,11 @@ def test_models__cover_every_column() -> None:
         ScheduleFire,
         WorkerRecord,
         QueueSample,
+        JobRateLimitState,
     ):
         table = model._meta.db_table
         columns = {field.column for field in model._meta.concrete_fields}
-        assert columns == set(COLUMNS[table]) - {"progress_pct"}
+        assert columns == set(COLUMNS[table]) - {"progress_pct", "recent_starts"}
 
 
 def test_progress_pct__generated_from_progress(definition: JobDefinition) -> None:

@@ -27,14 +27,15 @@ from typing import Final, LiteralString
 # split the queue; a keyed candidate is leased only if its claim row was inserted, in key
 # order (one order for every claimer: no deadlock), and a lost race leaves it PENDING.
 _CLAIM_JOBS: Final[LiteralString] = """
-/* runledger:claim_jobs */
-WITH resource_window AS MATERIALIZED (
+/* runledger:{tag} */
+WITH {scope},
+resource_window AS MATERIALIZED (
     SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
     FROM runledger_job_queue job
     WHERE job.status = 'PENDING'
       AND job.execution_resource_key IS NOT NULL
       AND job.next_run_at <= now()
-      AND job.job_type = ANY(%(job_types)s::text[]){only}
+      AND {types}{only}
       AND NOT EXISTS (
           SELECT 1 FROM runledger_job_execution_resource_claims claim
           WHERE claim.resource_key = job.execution_resource_key
@@ -47,19 +48,7 @@ resource_head AS (
     FROM resource_window
     ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
 ),
-candidate AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.next_run_at <= now()
-      AND job.job_type = ANY(%(job_types)s::text[]){only}
-      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
-    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at
-    LIMIT %(limit)s
-    FOR UPDATE OF job SKIP LOCKED
-),
+candidate AS MATERIALIZED ({candidate}),
 acquired AS (
     INSERT INTO runledger_job_execution_resource_claims (
         resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
@@ -102,46 +91,137 @@ event AS (
            jsonb_build_object('worker_id', %(worker_id)s::text,
                               'lease_duration_seconds', %(lease_seconds)s::integer)
     FROM leased
-)
-SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
-       timeout_seconds, checkpoint::text, now(), lease_expires_at,
-       GREATEST(next_run_at, created_at) AS due_at, trace_context::text
-FROM leased
-ORDER BY priority DESC, next_run_at, created_at, id
+){charge}
+{result}
 """
 
-CLAIM_JOBS: Final[LiteralString] = _CLAIM_JOBS.replace("{only}", "")
+# The fast path's job types (queue control, docs/queue-control.md): the requested types whose
+# definition is neither paused nor limited. A limited type is left to CLAIM_LIMITED_JOBS, and
+# the claim returns a marker row for it (its id NULL) so the caller knows to run that one. A
+# paused type is in neither: no claim leases it from the moment its pause commits.
+_FAST_SCOPE: Final[LiteralString] = """claim_type AS MATERIALIZED (
+    SELECT definition.job_type,
+           definition.max_concurrency IS NULL AND definition.rate_limit_count IS NULL AS open
+    FROM runledger_job_definitions definition
+    WHERE definition.job_type = ANY(%(job_types)s::text[]) AND definition.paused_at IS NULL
+),
+open_type AS (SELECT array_agg(job_type) AS job_types FROM claim_type WHERE open)"""
+_FAST_TYPES: Final[LiteralString] = (
+    "job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))"
+)
+_FAST_CANDIDATE: Final[LiteralString] = (
+    """
+    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
+    FROM runledger_job_queue job
+    WHERE job.status = 'PENDING'
+      AND job.next_run_at <= now()
+      AND """
+    + _FAST_TYPES
+    + """{only}
+      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
+    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
+    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at
+    LIMIT %(limit)s
+    FOR UPDATE OF job SKIP LOCKED
+"""
+)
+_CLAIMED_COLUMNS: Final[LiteralString] = """id, run_number, attempt, job_type, organization_id,
+       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
+       due_at, trace_context"""
+_FAST_RESULT: Final[LiteralString] = (
+    "SELECT "
+    + _CLAIMED_COLUMNS
+    + """
+FROM (
+    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
+           payload::text AS payload, max_attempts, timeout_seconds,
+           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
+           next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
+           trace_context::text AS trace_context
+    FROM leased
+    UNION ALL
+    SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL
+    FROM claim_type WHERE NOT open
+) claimed
+ORDER BY part, priority DESC, next_run_at, created_at, id"""
+)
+
+_FAST_CLAIM: Final[LiteralString] = (
+    _CLAIM_JOBS.replace("{scope}", _FAST_SCOPE)
+    .replace("{types}", _FAST_TYPES)
+    .replace("{candidate}", _FAST_CANDIDATE)
+    .replace("{charge}", "")
+    .replace("{result}", _FAST_RESULT)
+)
+
+CLAIM_JOBS: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_jobs").replace("{only}", "")
 
 # The claim of one job, by id, for the per-row fallback after a failed batch: the same
 # statement, so the job is leased exactly as a batch would lease it (or skipped, when another
 # claimer holds it or its resource key is busy).
-CLAIM_ONE_JOB: Final[LiteralString] = _CLAIM_JOBS.replace(
-    "/* runledger:claim_jobs */", "/* runledger:claim_one_job */"
-).replace("{only}", "\n      AND job.id = %(job_id)s")
+CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_job").replace(
+    "{only}", "\n      AND job.id = %(job_id)s"
+)
+
+# --- claims of limited job types (docs/queue-control.md) -------------------------------------
+
+# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0014,
+# planned once per session. It takes a transaction-scoped advisory lock per limited type (the
+# two-key form: this key space, the type's hash), skipping a type another claimer holds; then,
+# in a later query of the same transaction (whose snapshot sees every claim the lock's previous
+# holder committed; READ COMMITTED takes one per query), it reads each locked type's definition,
+# counts its LEASED jobs (an expired, unreaped lease still counts: its handler may run) and its
+# starts in the rate window, leases at most what both limits leave, in claim order, as the fast
+# path leases (resource keys included), and appends the starts to the type's log (dropping those
+# that left the window: "at most N starts in any window of the period" holds exactly). A type
+# its limit held back (fewer slots than asked, all taken, another job due) gets a marker row:
+# id NULL, the reason ("concurrency" or "rate") in the payload column. The lock ends with the
+# transaction, so it also works behind PgBouncer in transaction mode.
+LIMIT_LOCK_SPACE: Final[int] = 1920298605
+CLAIM_LIMITED_JOBS: Final[LiteralString] = """
+SELECT /* runledger:claim_limited_jobs */ id, run_number, attempt, job_type, organization_id,
+       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at, due_at,
+       trace_context
+FROM runledger_claim_limited(%(job_types)s::text[], %(limit)s, %(head_window)s,
+                             %(worker_id)s, %(lease_seconds)s, %(limit_lock_space)s)
+"""
 
 # How long until the earliest PENDING job of the types comes due (negative: due now; NULL: none
 # within the horizon). A quiet worker's look for work nobody announced: one plain read, no lock,
 # no timeout prelude. idx_job_queue_pending_metrics holds every PENDING row's type and time, so
-# it is read index-only; the horizon bounds what it reads on a queue of far-future jobs.
+# it is read index-only; the horizon bounds what it reads on a queue of far-future jobs. A
+# paused type's backlog is not work (its resume sends a NOTIFY), so it never looks due.
 PEEK_DUE_JOBS: Final[LiteralString] = """
 /* runledger:peek_due_jobs */
 SELECT extract(epoch FROM min(job.next_run_at) - now())::float8
 FROM runledger_job_queue job
 WHERE job.status = 'PENDING'
-  AND job.job_type = ANY(%(job_types)s::text[])
+  AND job.job_type = ANY(ARRAY(
+      SELECT definition.job_type FROM runledger_job_definitions definition
+      WHERE definition.job_type = ANY(%(job_types)s::text[]) AND definition.paused_at IS NULL
+  ))
   AND job.next_run_at <= now() + %(horizon_seconds)s * interval '1 second'
 """
 
 # The due jobs a failed batch claim covered, in claim order, without locks: each is then
 # claimed alone (CLAIM_ONE_JOB), so one row that cannot be leased costs the others nothing.
-CLAIM_CANDIDATE_IDS: Final[LiteralString] = """
+# The fast path's types only: paused and limited types are not the fallback's.
+CLAIM_CANDIDATE_IDS: Final[LiteralString] = (
+    "WITH "
+    + _FAST_SCOPE
+    + """
 SELECT job.id FROM runledger_job_queue job
 WHERE job.status = 'PENDING'
   AND job.next_run_at <= now()
-  AND job.job_type = ANY(%(job_types)s::text[])
+  AND """
+    + _FAST_TYPES
+    + """
 ORDER BY job.priority DESC, job.next_run_at, job.created_at
 LIMIT %(limit)s
 """
+)
 
 # Dead-letter a PENDING job that cannot be leased as it is stored (the claim of it alone failed
 # on its own values: an attempt counter at its bound, attempt rows ahead of it). No attempt

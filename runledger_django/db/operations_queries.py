@@ -188,7 +188,10 @@ SELECT job_type,
        max(retried_24h) AS retried_24h,
        max(dead_lettered_24h) AS dead_lettered_24h,
        CASE WHEN min(oldest_pending_at) <= now() THEN min(oldest_pending_at) END
-           AS oldest_due_at
+           AS oldest_due_at,
+       -- The operator's pause (docs/queue-control.md): one primary-key probe per listed type.
+       COALESCE((SELECT definition.paused_at IS NOT NULL FROM runledger_job_definitions definition
+                 WHERE definition.job_type = populations.job_type), false) AS paused
 FROM populations
 GROUP BY job_type
 ORDER BY job_type

@@ -25,7 +25,7 @@ from typing import Final, LiteralString
 # Ages are on the database clock (now(), the statement's transaction start) and count from
 # ``next_run_at``, never from creation (reference 2.1 rule 5).
 # The live workers come from runledger_workers (a row per worker process).
-# The definitions CTE is the one place a definition's own gauges (enabled, and later paused and
+# The definitions CTE is the one place a definition's own gauges (enabled, paused, the
 # limits) are read; the fold keeps them only for a label that is exactly one definition.
 QUEUE_STATE: Final[LiteralString] = """
 /* runledger:queue_state */
@@ -42,11 +42,15 @@ definitions AS MATERIALIZED (
     SELECT known.job_type,
            CASE WHEN row_number() OVER (ORDER BY known.job_type) <= %(type_limit)s
                 THEN known.job_type ELSE %(other_label)s END AS label,
-           known.is_enabled, known.intents_pending, known.intents_retrying,
-           known.oldest_intent_at
+           known.is_enabled, known.paused, known.max_concurrency, known.rate_per_second,
+           known.intents_pending, known.intents_retrying, known.oldest_intent_at
     FROM (
         SELECT COALESCE(definition.job_type, intents.job_type) AS job_type,
                definition.is_enabled,
+               definition.paused_at IS NOT NULL AS paused,
+               definition.max_concurrency,
+               definition.rate_limit_count::float8 / definition.rate_limit_period_seconds
+                   AS rate_per_second,
                COALESCE(intents.pending, 0) AS intents_pending,
                COALESCE(intents.retrying, 0) AS intents_retrying,
                intents.oldest_created_at AS oldest_intent_at
@@ -88,6 +92,9 @@ workers AS (
 per_type AS (
     SELECT definitions.label,
            definitions.is_enabled,
+           definitions.paused,
+           definitions.max_concurrency,
+           definitions.rate_per_second,
            definitions.intents_pending,
            definitions.intents_retrying,
            definitions.oldest_intent_at,
@@ -119,7 +126,10 @@ SELECT label,
        sum(intents_pending)::bigint,
        sum(intents_retrying)::bigint,
        COALESCE(extract(epoch FROM now() - min(oldest_intent_at)), 0)::float8,
-       max(workers_live)::bigint
+       max(workers_live)::bigint,
+       bool_or(paused),
+       max(max_concurrency),
+       max(rate_per_second)
 FROM per_type
 GROUP BY label
 ORDER BY label

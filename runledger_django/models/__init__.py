@@ -21,7 +21,15 @@ from ..domain import FK_INTENT_PROMOTED_JOB
 from .admin_pages import DashboardPage, DeadLetter, IntentMetricsPage, JobMetricsPage
 from .dashboard import QueueSample
 from .intents import JobEnqueueIntent
-from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim, JobReplay
+from .jobs import (
+    Job,
+    JobAttempt,
+    JobDefinition,
+    JobEvent,
+    JobExecutionResourceClaim,
+    JobRateLimitState,
+    JobReplay,
+)
 from .schedules import JobSchedule, ScheduleFire
 from .workers import WorkerRecord
 
@@ -37,6 +45,7 @@ __all__ = [
     "JobEvent",
     "JobExecutionResourceClaim",
     "JobMetricsPage",
+    "JobRateLimitState",
     "JobReplay",
     "JobSchedule",
     "QueueSample",

@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from ..domain import (
+    RATE_LIMIT_COUNT_MAX,
     UQ_JOB_QUEUE_GLOBAL,
     UQ_JOB_QUEUE_ORG,
     AttemptOutcome,
@@ -32,12 +33,34 @@ class JobDefinition(models.Model):
     default_timeout_seconds = models.IntegerField(db_default=900, default=900)
     default_priority = models.IntegerField(db_default=100, default=100)
     is_enabled = models.BooleanField(db_default=True, default=True)
+    # Queue control (docs/queue-control.md): the operator's pause, and the limits the claim
+    # enforces. Definition syncing never writes them on an existing row.
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    paused_reason = models.TextField(null=True, blank=True, editable=False)
+    paused_by = models.TextField(null=True, blank=True, editable=False)
+    max_concurrency = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many LEASED jobs of the type across every worker (empty: no limit).",
+    )
+    rate_limit_count = models.IntegerField(
+        null=True,
+        blank=True,
+        help_text="At most this many job starts per rate limit period (empty: no limit).",
+    )
+    rate_limit_period_seconds = models.IntegerField(
+        null=True, blank=True, help_text="The rate limit's period, in seconds."
+    )
     created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
     updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 
     class Meta:
         db_table = "runledger_job_definitions"
         ordering = ["job_type"]
+        permissions = [
+            ("pause_jobdefinition", "Can pause a job type"),
+            ("resume_jobdefinition", "Can resume a paused job type"),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(version__gt=0), name="chk_job_definitions_version_positive"
@@ -49,7 +72,42 @@ class JobDefinition(models.Model):
                 condition=Q(default_timeout_seconds__gt=0),
                 name="chk_job_definitions_timeout_positive",
             ),
+            models.CheckConstraint(
+                condition=Q(max_concurrency__isnull=True) | Q(max_concurrency__gt=0),
+                name="chk_job_definitions_max_concurrency_positive",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(rate_limit_count__isnull=True, rate_limit_period_seconds__isnull=True)
+                    | Q(
+                        rate_limit_count__gt=0,
+                        rate_limit_count__lte=RATE_LIMIT_COUNT_MAX,
+                        rate_limit_period_seconds__gt=0,
+                    )
+                ),
+                name="chk_job_definitions_rate_limit_valid",
+            ),
         ]
+
+    def __str__(self) -> str:
+        return self.job_type
+
+
+class JobRateLimitState(models.Model):
+    """The rate limit's log per limited job type (docs/queue-control.md): the start times of
+    its jobs within the last period, at most ``rate_limit_count`` of them. The claim that
+    admits jobs appends their start and drops what left the window, so "at most N starts in
+    any window of the period" holds exactly. Kept off the definition row so an admin save of a
+    stale form never rewinds it; no foreign key, so a deleted definition leaves a harmless row.
+
+    The log, ``recent_starts timestamptz[]``, is created by migration 0014 outside the model:
+    the ORM has no array field without ``django.contrib.postgres``, which a host need not
+    install. Only the claim statements read or write it."""
+
+    job_type = models.TextField(primary_key=True)
+
+    class Meta:
+        db_table = "runledger_job_rate_limits"
 
     def __str__(self) -> str:
         return self.job_type

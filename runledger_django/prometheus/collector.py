@@ -40,6 +40,21 @@ DEFINITION_GAUGES: tuple[DefinitionGauge, ...] = (
         lambda state: None if state.enabled is None else float(state.enabled),
     ),
     (
+        "runledger_job_type_paused",
+        "1 while the job type is paused (no claims), else 0.",
+        lambda state: None if state.paused is None else float(state.paused),
+    ),
+    (
+        "runledger_job_type_concurrency_limit",
+        "The job type's max_concurrency across all workers; absent when unlimited.",
+        lambda state: None if state.concurrency_limit is None else float(state.concurrency_limit),
+    ),
+    (
+        "runledger_job_type_rate_limit_per_second",
+        "The job type's start rate limit, in starts per second; absent when unlimited.",
+        lambda state: state.rate_limit_per_second,
+    ),
+    (
         "runledger_workers_live",
         "Live workers (a fresh runledger_workers row) serving the job type.",
         lambda state: None if state.workers_live is None else float(state.workers_live),

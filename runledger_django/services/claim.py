@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from django.db import DatabaseError, connections
 
 from ..db import lifecycle_queries
 from ..db.classify import classify, is_session_fatal
+from ..db.lifecycle_queries import LIMIT_LOCK_SPACE
 from ..db.transaction import run_capped_together
 from ..domain import PAGE_LIMIT_MAX, ClaimedJob, JobDefaults, JobLease
 from ..errors import CATALOG, Code, RunledgerError
@@ -44,6 +46,36 @@ NUMERIC_OUT_OF_RANGE = "22003"
 """The attempt increment overflowing, on a table that lacks the counter bound."""
 
 PEEK_HORIZON_MAX_SECONDS = 86_400
+LIMITED_HINTS_MAX = 256
+"""Job type lists whose last claim saw a limited type (a bound on the hint table)."""
+_limited_hints: dict[tuple[str, tuple[str, ...]], bool] = {}
+"""Whether the last claim for these job types saw a limited type among them: then the next
+claim gives the limited types first pick of its batch, so a deep queue of unlimited types
+never starves them. Only a hint: which types are limited or paused is read by every claim
+from the definitions; a stale hint costs one round trip, never a wrong claim."""
+
+_limited_claims = threading.Lock()
+"""One limited claim at a time per process: a worker's loop and its completer would otherwise
+take each other's advisory locks and skip the type (a claimer that finds the lock taken skips
+it); across processes the skip stands, since waiting there would serialise every worker."""
+
+ThrottleListener = Callable[[str, str], None]
+_throttle_listeners: list[ThrottleListener] = []
+
+
+def add_throttle_listener(listener: ThrottleListener) -> None:
+    """Call ``listener(job_type, reason)`` each time a claim leaves due jobs of a limited type
+    behind because of its limit; ``reason`` is ``"concurrency"`` or ``"rate"`` (the metrics'
+    ``runledger_worker_claims_throttled_total``). Listeners run in the claiming thread and
+    must not raise or block."""
+    if listener not in _throttle_listeners:
+        _throttle_listeners.append(listener)
+
+
+def remove_throttle_listener(listener: ThrottleListener) -> None:
+    if listener in _throttle_listeners:
+        _throttle_listeners.remove(listener)
+
 
 RESOURCE_HEAD_WINDOW_MIN = 1024
 RESOURCE_HEAD_WINDOW_MAX = 16384
@@ -63,8 +95,8 @@ def ensure_job_definitions(
 ) -> list[str]:
     """Create a definition for every job type that has none, with the handler's defaults.
 
-    An existing definition is never touched: an operator's edits (disabled, other defaults)
-    win over the code. Returns the job types that were created.
+    An existing definition is never touched: an operator's edits (disabled, other defaults,
+    a pause, other limits) win over the code. Returns the job types that were created.
 
     Transaction: one autocommit INSERT ... ON CONFLICT DO NOTHING (or the caller's block).
     """
@@ -78,6 +110,9 @@ def ensure_job_definitions(
                     ("max_attempts", item.max_attempts),
                     ("default_timeout_seconds", item.timeout_seconds),
                     ("default_priority", item.priority),
+                    ("max_concurrency", item.max_concurrency),
+                    ("rate_limit_count", item.rate_limit and item.rate_limit[0]),
+                    ("rate_limit_period_seconds", item.rate_limit and item.rate_limit[1]),
                 )
                 if value is not None
             },
@@ -116,12 +151,18 @@ def claim_jobs(
     time, across every worker and organization; a keyed job whose key is busy stays PENDING
     and does not take a slot, so a batch can come back short.
 
+    Queue control (docs/queue-control.md): a paused type is never claimed; a type with a
+    ``max_concurrency`` or a rate limit is claimed by a second statement (the
+    ``runledger_claim_limited`` function) that locks the type (skipping it when another
+    claimer holds it) and leases at most what its limits leave; unlimited types take the one
+    statement alone. Jobs over a limit stay PENDING untouched.
+
     If the statement fails for something other than the session (a job whose stored values
     cannot be leased), the due jobs are claimed one by one instead, and a job whose claim
     alone fails on its own values is dead-lettered (``job.invalid_persisted_row``).
 
-    Transaction: one statement, its own transaction (or the caller's atomic block); the
-    fallback is one statement per job.
+    Transaction: one statement, its own transaction (or the caller's atomic block), plus one
+    more when limited types are among ``job_types``; the fallback is one statement per job.
 
     Raises:
         RunledgerError: ``job.invalid_lease_duration``, ``job.invalid_pagination``,
@@ -131,13 +172,96 @@ def claim_jobs(
     params = _claim_params(job_types, worker_id, limit, lease_seconds)
     if params is None:
         return []
+    if _limited_hints.get(_hint_key(params, using)):
+        claimed = _claim_limited(params, params["limit"], using)
+        rest = params["limit"] - len(claimed)
+        return claimed + (_claim_fast(params, rest, using, then_limited=False) if rest else [])
+    return _claim_fast(params, params["limit"], using, then_limited=True)
+
+
+def _claim_fast(
+    params: dict[str, Any], limit: int, using: str, *, then_limited: bool
+) -> list[ClaimedJob]:
+    """The claim of unpaused, unlimited types (one statement); with ``then_limited``, the
+    limited types it reports fill what is left of the batch."""
+    fast = {**params, "limit": limit, "head_window": resource_head_window(limit)}
     try:
-        rows = transition(using, lifecycle_queries.CLAIM_JOBS, params, context="claim jobs")
+        rows = transition(using, lifecycle_queries.CLAIM_JOBS, fast, context="claim jobs")
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
             raise
-        rows = _claim_row_by_row(params, using)
-    return [_decode_claimed(row, params["worker_id"]) for row in rows]
+        rows = _claim_row_by_row(fast, using)
+    claimed, limited = _split_claimed(rows, params, using)
+    if then_limited and limited and len(claimed) < limit:
+        claimed += _claim_limited(params, limit - len(claimed), using)
+    return claimed
+
+
+def _claim_limited(params: dict[str, Any], limit: int, using: str) -> list[ClaimedJob]:
+    """The claim of the limited types among ``params``' (docs/queue-control.md): one
+    transaction, one round trip outside the caller's. A type another claimer holds is skipped
+    this round; a failure costs only the limited types this round (logged), never the others."""
+    try:
+        with _limited_claims:
+            rows = transition(
+                using,
+                lifecycle_queries.CLAIM_LIMITED_JOBS,
+                _limited_params(params, limit),
+                context="claim jobs of limited types",
+            )
+    except RunledgerError as error:
+        if error.__cause__ is None or is_session_fatal(error.__cause__):
+            raise
+        _log_limited_failure(error)
+        return []
+    return _limited_claimed(rows, params["worker_id"])
+
+
+def _limited_claimed(rows: list[tuple[Any, ...]], worker_id: str) -> list[ClaimedJob]:
+    """The limited claim's jobs; its marker rows (id NULL: a type its limit held back, with
+    the reason in the payload's place) go to the throttle listeners."""
+    for row in rows:
+        if row[0] is None:
+            for listener in list(_throttle_listeners):
+                listener(row[3], row[5])
+    return [_decode_claimed(row, worker_id) for row in rows if row[0] is not None]
+
+
+def _limited_params(params: dict[str, Any], limit: int) -> dict[str, Any]:
+    return {
+        **params,
+        "limit": limit,
+        "head_window": resource_head_window(limit),
+        "limit_lock_space": LIMIT_LOCK_SPACE,
+    }
+
+
+def _log_limited_failure(error: RunledgerError) -> None:
+    logger.warning(
+        "could not claim jobs of limited types error_code=%s error_sqlstate=%s",
+        error.code,
+        error.sqlstate or "none",
+        extra={"runledger": error.log_fields()},
+    )
+
+
+def _hint_key(params: dict[str, Any], using: str) -> tuple[str, tuple[str, ...]]:
+    return using, tuple(params["job_types"])
+
+
+def _split_claimed(
+    rows: list[tuple[Any, ...]], params: dict[str, Any], using: str
+) -> tuple[list[ClaimedJob], list[str]]:
+    """The fast claim's leased jobs, and the limited types its marker rows name (and remember
+    whether there were any, for the next claim's order)."""
+    limited = [row[3] for row in rows if row[0] is None]
+    key = _hint_key(params, using)
+    if bool(limited) != _limited_hints.get(key, False):
+        if len(_limited_hints) >= LIMITED_HINTS_MAX:
+            _limited_hints.clear()
+        _limited_hints[key] = bool(limited)
+    worker = params["worker_id"]
+    return [_decode_claimed(row, worker) for row in rows if row[0] is not None], limited
 
 
 def seconds_until_due(
@@ -208,19 +332,48 @@ def complete_and_claim(
     claim = _claim_params(job_types, leases["worker_id"], limit, lease_seconds)
     if claim is None:
         return complete_jobs_success(successes, using=using), []
-    done, claimed = run_capped_together(
+    outputs = [text for _, text in successes]
+    if _limited_hints.get(_hint_key(claim, using)):
+        # The limited types first (see _limited_hints), the fast path for the rest.
+        with _limited_claims:
+            done, rows = run_capped_together(
+                using,
+                (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_LIMITED_JOBS),
+                {**_limited_params(claim, claim["limit"]), **leases, "outputs": outputs},
+                lock_ms=LOCK_CAP_MS,
+                statement_ms=STATEMENT_CAP_MS,
+                tag="/* runledger:complete_and_claim_limited */\n",
+                context="complete jobs and claim the next",
+            )
+        claimed = _limited_claimed(rows, claim["worker_id"])
+        rest = claim["limit"] - len(claimed)
+        if rest:
+            claimed += _after_commit(lambda: _claim_fast(claim, rest, using, then_limited=False))
+        return {row[0] for row in done}, claimed
+    done, rows = run_capped_together(
         using,
         (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_JOBS),
-        {**claim, **leases, "outputs": [text for _, text in successes]},
+        {**claim, **leases, "outputs": outputs},
         lock_ms=LOCK_CAP_MS,
         statement_ms=STATEMENT_CAP_MS,
         tag="/* runledger:complete_and_claim */\n",
         context="complete jobs and claim the next",
     )
-    return (
-        {row[0] for row in done},
-        [_decode_claimed(row, claim["worker_id"]) for row in claimed],
-    )
+    claimed, limited = _split_claimed(rows, claim, using)
+    if limited and len(claimed) < claim["limit"]:
+        rest = claim["limit"] - len(claimed)
+        claimed += _after_commit(lambda: _claim_limited(claim, rest, using))
+    return {row[0] for row in done}, claimed
+
+
+def _after_commit(claim: Callable[[], list[ClaimedJob]]) -> list[ClaimedJob]:
+    """A second claim after the successes committed: its failure must not make them look
+    unrecorded, so it is logged and the loop's next claim tries again."""
+    try:
+        return claim()
+    except RunledgerError as error:
+        _log_limited_failure(error)
+        return []
 
 
 def _claim_params(
@@ -269,12 +422,16 @@ def _claim_row_by_row(params: dict[str, Any], using: str) -> list[tuple[Any, ...
         if len(rows) >= wanted:
             break
         try:
-            rows += transition(
-                using,
-                lifecycle_queries.CLAIM_ONE_JOB,
-                {**params, "job_id": job_id},
-                context="claim a job",
-            )
+            rows += [
+                row
+                for row in transition(
+                    using,
+                    lifecycle_queries.CLAIM_ONE_JOB,
+                    {**params, "job_id": job_id},
+                    context="claim a job",
+                )
+                if row[0] is not None  # a limited type's marker: not this fallback's
+            ]
         except RunledgerError as error:
             if error.__cause__ is None or is_session_fatal(error.__cause__):
                 raise

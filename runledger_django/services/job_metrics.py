@@ -28,7 +28,7 @@ def job_metrics(
     Due and scheduled PENDING jobs, LEASED jobs (expired leases counted in both leased and
     expired), attempts that succeeded, were retried or were dead-lettered in the last 24 hours,
     and the ``next_run_at`` of the oldest due job. A type with no row in any of those
-    populations is not listed. There is no join to job definitions. ``job_type`` is an exact
+    populations is not listed; ``paused`` is read from the type's definition. ``job_type`` is an exact
     match. Every population is read from an index, so the cost follows the live queue and one
     day of attempts, not the size of the history.
 
@@ -58,6 +58,7 @@ def job_metrics(
             retried_24h=int(row[6]),
             dead_lettered_24h=int(row[7]),
             oldest_due_at=row[8],
+            paused=bool(row[9]),
         )
         for row in rows
     ]

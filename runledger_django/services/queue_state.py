@@ -74,6 +74,9 @@ def _state(row: tuple[Any, ...]) -> JobTypeQueueState:
         intents_retrying,
         oldest_intent_age,
         workers_live,
+        paused,
+        max_concurrency,
+        rate_per_second,
     ) = row
     single = int(definitions) == 1 and label != OTHER_JOB_TYPE_LABEL
     return JobTypeQueueState(
@@ -91,4 +94,9 @@ def _state(row: tuple[Any, ...]) -> JobTypeQueueState:
         intents_retrying=int(intents_retrying),
         oldest_intent_age_seconds=max(0.0, float(oldest_intent_age)),
         workers_live=int(workers_live) if single else None,
+        paused=bool(paused) if single and paused is not None else None,
+        concurrency_limit=int(max_concurrency) if single and max_concurrency is not None else None,
+        rate_limit_per_second=(
+            float(rate_per_second) if single and rate_per_second is not None else None
+        ),
     )

@@ -79,6 +79,9 @@ class WorkerMetrics:
     def reaped(self, report: ReapReport) -> None:
         """A reaper pass ran."""
 
+    def throttled(self, job_type: str, reason: str) -> None:
+        """A claim left due jobs of ``job_type`` behind for its limit (queue control)."""
+
     def tick(self, *, busy: int, concurrency: int) -> None:
         """The supervisor loop went round once."""
 
@@ -147,6 +150,12 @@ class PrometheusWorkerMetrics(WorkerMetrics):
             "runledger_worker_claim_duration_seconds",
             "Time of the worker loop's claim statement.",
             buckets=CLAIM_DURATION_BUCKETS,
+            **on,
+        )
+        self.throttled_claims = counter(
+            "runledger_worker_claims_throttled_total",
+            "Claims that left due jobs of a limited type behind, by the limit that held them.",
+            ["job_type", "reason"],
             **on,
         )
         self.reaper = counter(
@@ -250,6 +259,9 @@ class PrometheusWorkerMetrics(WorkerMetrics):
     def reaped(self, report: ReapReport) -> None:
         for job_type, result in report.moved:
             self.reaper.labels(self._type_label(job_type), result).inc()
+
+    def throttled(self, job_type: str, reason: str) -> None:
+        self.throttled_claims.labels(self._type_label(job_type), reason).inc()
 
     def tick(self, *, busy: int, concurrency: int) -> None:
         self.last_tick.set(time.time())

@@ -12,7 +12,7 @@ from django.utils.module_loading import autodiscover_modules
 
 from ..domain import JobDefaults
 from ..errors import RunledgerError
-from ..validation import INT32_MAX, INT32_MIN, validate_job_type
+from ..validation import INT32_MAX, INT32_MIN, validate_job_type, validate_limits
 
 if TYPE_CHECKING:
     from .context import JobContext
@@ -32,6 +32,8 @@ class Handler:
     priority: int | None = None
     atomic: bool = False
     """The handler runs in the transaction that completes its job (worker/atomic.py)."""
+    max_concurrency: int | None = None
+    rate_limit: tuple[int, int] | None = None
 
     def defaults(self) -> JobDefaults:
         return JobDefaults(
@@ -39,6 +41,8 @@ class Handler:
             max_attempts=self.max_attempts,
             timeout_seconds=self.timeout_seconds,
             priority=self.priority,
+            max_concurrency=self.max_concurrency,
+            rate_limit=self.rate_limit,
         )
 
 
@@ -146,6 +150,8 @@ def job_handler(
     timeout_seconds: int | None = None,
     priority: int | None = None,
     atomic: bool = False,
+    max_concurrency: int | None = None,
+    rate_limit: tuple[int, int] | None = None,
 ) -> Callable[[F], F]:
     """Register the decorated function as the handler of ``job_type``.
 
@@ -161,6 +167,11 @@ def job_handler(
             connection and write the job's success (or ``ContinueJob``'s continuation) in
             that same transaction, fenced by the lease: the handler's database writes and
             the job's end commit together, exactly once (docs/running-jobs.md).
+        max_concurrency, rate_limit: the limits of the definition a worker creates for this
+            type (docs/queue-control.md): at most ``max_concurrency`` LEASED jobs across every
+            worker, at most ``rate_limit[0]`` starts per ``rate_limit[1]`` seconds. Like the
+            other defaults they seed a new definition only; the admin or
+            ``set_job_type_limits`` change them afterwards, and the database wins.
 
     Raises:
         ImproperlyConfigured: a second handler for the same type, or an invalid option.
@@ -176,11 +187,25 @@ def job_handler(
     }
     if not isinstance(atomic, bool):
         raise ImproperlyConfigured("job_handler atomic must be True or False.")
+    try:
+        concurrency, count, period = validate_limits(max_concurrency, rate_limit)
+    except RunledgerError as error:
+        raise ImproperlyConfigured(f"job_handler: {error.internal_message}") from None
+    rate = None if count is None or period is None else (count, period)
 
     def register(func: F) -> F:
         if not callable(func):
             raise ImproperlyConfigured(f"job_handler({job_type!r}) must decorate a function.")
-        registry.register(Handler(job_type=checked_type, func=func, atomic=atomic, **options))
+        registry.register(
+            Handler(
+                job_type=checked_type,
+                func=func,
+                atomic=atomic,
+                max_concurrency=concurrency,
+                rate_limit=rate,
+                **options,
+            )
+        )
         return func
 
     return register

@@ -31,8 +31,10 @@ from ..domain import ClaimedJob, JobLease, ReapReport, WorkReport
 from ..errors import RunledgerError
 from ..services.claim import (
     PEEK_HORIZON_MAX_SECONDS,
+    add_throttle_listener,
     claim_jobs,
     ensure_job_definitions,
+    remove_throttle_listener,
     seconds_until_due,
 )
 from ..services.dashboard import sample_queue
@@ -478,6 +480,15 @@ class Worker:
 
     def run(self) -> WorkerResult:
         """Run until stopped, drained (burst), stuck, or cut off from the database too long."""
+        # Claims are made by this worker's threads in this process: its metrics count the
+        # throttled ones (the listener is process-wide, so it goes when the worker stops).
+        add_throttle_listener(self.metrics.throttled)
+        try:
+            return self._run()
+        finally:
+            remove_throttle_listener(self.metrics.throttled)
+
+    def _run(self) -> WorkerResult:
         config = self.config
         self._start(threading.Thread(target=self._relay_stop, name="runledger-stop-relay"))
         for number in range(config.concurrency):

@@ -104,6 +104,7 @@ def zero(job_type: str, **counts: Any) -> dict[str, Any]:
         "retried_24h": 0,
         "dead_lettered_24h": 0,
         "oldest_due_at": None,
+        "paused": False,
     }
     row.update(counts)
     return row
@@ -236,6 +237,7 @@ def test_job_metrics__to_dict__json_ready(populations: dict[str, Any]) -> None:
         "retried_24h",
         "dead_lettered_24h",
         "oldest_due_at",
+        "paused",
     ]
     assert data["oldest_due_at"].endswith("Z")
 

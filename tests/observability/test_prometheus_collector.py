@@ -392,3 +392,29 @@ def test_view__workers_live__fresh_rows_count_per_type_stale_ones_do_not(
         frozenset({("job_type", A)}): 2.0,
         frozenset({("job_type", B)}): 1.0,
     }
+
+
+def test_view__paused_and_limited_type__its_gauges_read_the_definition(
+    make_definition: MakeDefinition,
+) -> None:
+    """Item 36's gauge and the limits: a paused type reads 1, a running one 0; a limit is a
+    series only where one is set (absent reads as unlimited)."""
+    from runledger_django import pause_job_type, set_job_type_limits
+
+    make_definition(A)
+    make_definition(B)
+    pause_job_type(A, reason="partner outage", actor="ops")
+    set_job_type_limits(A, max_concurrency=3, rate_limit=(30, 60))
+
+    scrape = scrape_view()
+
+    assert scrape.series("runledger_job_type_paused") == {
+        frozenset({("job_type", A)}): 1.0,
+        frozenset({("job_type", B)}): 0.0,
+    }
+    assert scrape.series("runledger_job_type_concurrency_limit") == {
+        frozenset({("job_type", A)}): 3.0
+    }
+    assert scrape.series("runledger_job_type_rate_limit_per_second") == {
+        frozenset({("job_type", A)}): 0.5
+    }

@@ -365,3 +365,41 @@ def test_shutdown__a_job_handed_back__counts_as_released(
     assert run_sql("SELECT status FROM runledger_job_queue WHERE id = %s", [job_id]) == [
         ("PENDING",)
     ]
+
+
+def test_claims_held_back_by_a_limit__count_as_throttled_with_the_reason(
+    make_definition: MakeDefinition,
+    start_metered_worker: StartMeteredWorker,
+    gates: list[threading.Event],
+) -> None:
+    """Item 44's counter: with max_concurrency 1 and a second job due, the claims that leave
+    it behind count under reason="concurrency"; the type's other series are unaffected."""
+    from runledger_django import set_job_type_limits
+
+    make_definition(A)
+    set_job_type_limits(A, max_concurrency=1)
+    release = threading.Event()
+    gates.append(release)
+    for n in range(2):
+        enqueue_job(A, {"n": n})
+    running = start_metered_worker({A: lambda job: release.wait(30)}, concurrency=2)
+
+    scrape = wait_until(
+        lambda: (
+            (
+                (s := running.scrape()).get(
+                    "runledger_worker_claims_throttled_total", job_type=A, reason="concurrency"
+                )
+                or 0
+            )
+            >= 1
+            and s
+        ),
+        what="a throttled claim",
+    )
+
+    assert scrape.get("runledger_worker_claims_throttled_total", job_type=A, reason="rate") in (
+        None,
+        0.0,
+    )
+    release.set()

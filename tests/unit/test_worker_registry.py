@@ -103,3 +103,37 @@ def test_registry__own_instance__sorted_types_and_unregister() -> None:
     assert registry.get("a.type") is None  # the process-wide registry is another one
     with pytest.raises(ImproperlyConfigured):
         own.register(Handler(job_type="a.type", func=noop))
+
+
+# --- queue control limits (docs/queue-control.md) --------------------------------------------
+
+
+def test_job_handler__limits__declared_as_definition_defaults(cleanup: list[str]) -> None:
+    cleanup.append(TYPE)
+
+    job_handler(TYPE, max_concurrency=5, rate_limit=(10, 60))(noop)
+
+    handler = registry.get(TYPE)
+    assert handler is not None
+    assert handler.defaults() == JobDefaults(job_type=TYPE, max_concurrency=5, rate_limit=(10, 60))
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"max_concurrency": 0},
+        {"max_concurrency": True},
+        {"max_concurrency": 2**31},
+        {"rate_limit": (10,)},
+        {"rate_limit": (0, 60)},
+        {"rate_limit": (10, 0)},
+        {"rate_limit": (10001, 60)},
+        {"rate_limit": "10/60"},
+        {"rate_limit": (None, 60)},
+    ],
+    ids=repr,
+)
+def test_job_handler__invalid_limit__improperly_configured(options: dict[str, Any]) -> None:
+    with pytest.raises(ImproperlyConfigured, match=r"^job_handler: "):
+        job_handler(TYPE, **options)
+    assert registry.get(TYPE) is None

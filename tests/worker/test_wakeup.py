@@ -307,3 +307,25 @@ def test_record_intent__inside_callers_transaction__never_notifies_inside_it(
         record_intent(TYPE, {"n": 1}, idempotency_key="wake-1")
 
     assert not any("notify" in query["sql"].lower() for query in inside.captured_queries)
+
+
+def test_quiet_worker__paused_type_backlog__not_seen_as_due(
+    idle_worker: Callable[..., IdleWorker],
+) -> None:
+    """A paused type's due jobs are not work: the quiet worker keeps peeking rather than
+    claiming every poll, and the resume's notification starts the job at once."""
+    from runledger_django import pause_job_type, resume_job_type
+
+    worker = idle_worker(poll_interval=0.05, idle_poll_interval=0.2)
+    worker.wait_listening()
+    pause_job_type(TYPE)
+    job_id = enqueue_job(TYPE, {}).job_id
+    wait_until(lambda: worker.looks.count("peek") >= 1, what="the worker to go quiet")
+    claims = worker.looks.count("claim")
+
+    wait_until(lambda: worker.looks.count("peek") >= 4, what="three more idle polls")
+    assert worker.looks.count("claim") == claims
+    assert job_row(job_id)["status"] == "PENDING"
+
+    resume_job_type(TYPE)
+    wait_until(succeeded(job_id), timeout=LONG_POLL / 2, what="the resumed job")

@@ -14,7 +14,7 @@ class Command(MetricsCommand):
     help = (
         "Print per-job-type job metrics: due, scheduled, leased and expired-lease counts, "
         "attempts that succeeded, were retried or were dead-lettered in the last 24 hours, and "
-        "the oldest due job. Every row by default; --organization or --global narrow the scope."
+        "the oldest due job, and whether the type is paused. Every row by default; --organization or --global narrow the scope."
     )
     noun = "jobs"
     record = "JobMetrics"
@@ -27,6 +27,7 @@ class Command(MetricsCommand):
         "succeeded_24h",
         "retried_24h",
         "dead_lettered_24h",
+        "paused",
         "oldest_due_at",
     )
 
