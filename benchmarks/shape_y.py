@@ -33,7 +33,8 @@ from .common import Context, Row, connect_kwargs, progress
 from .worker_common import ROOT, Query, Runledger, child_env, loadavg, manage, running
 
 SHAPE = "y"
-TARGET_PER_SECOND = 5.0
+TARGET_PER_SECOND = 1.0
+"""Issue 22: at most one statement a second (Procrastinate's idle worker sends about 0.9)."""
 WARM_SECONDS = 5.0
 """Start-up (definitions, the first reaper pass, the first claims) happens before counting."""
 IDLE_DB = "rl_bench_idle"
