@@ -271,6 +271,8 @@ def test_worker__executor_thread_crashes__capacity_restored_and_work_goes_on(
     running = start_worker({TYPE: lambda job: job.payload}, on_run=on_run)
 
     wait_until(all_succeeded(3), timeout=30, what="every job after the crash")
+    # A SUCCEEDED commits before its thread hands the slot back: wait for the three reports.
+    wait_until(lambda: len(running.runs) == 3, what="the three runs reported")
     assert crashed == [ids[0]]
     assert running.worker.busy() == 0
     assert running.finish().exit_code == EXIT_OK
@@ -371,6 +373,7 @@ def test_worker__timed_out_job_claimed_again_while_old_handler_runs__both_attemp
 
     second.set()
     wait_until(lambda: job_row(job_id)["status"] == "SUCCEEDED", what="attempt 2's success")
+    wait_until(lambda: len(running.outcomes()) == 3, what="attempt 2's report")
     assert job_row(job_id)["output"] == "attempt 2"
     assert running.worker.busy() == 0
 
