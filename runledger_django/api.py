@@ -7,8 +7,10 @@ from .domain import (
     EnqueueOutcome,
     IntentMetrics,
     IntentOutcome,
+    IntentRequest,
     IntentStatus,
     JobMetrics,
+    JobRequest,
     JobTarget,
     PromotionReport,
     ReadScope,
@@ -19,6 +21,7 @@ from .domain import (
     WorkReport,
 )
 from .errors import RunledgerError
+from .services.bulk import enqueue_jobs, record_intents
 from .services.enqueue import enqueue_job
 from .services.intents import get_intent, list_intents, record_intent
 from .services.job_control import cancel_job, requeue_job
@@ -53,9 +56,11 @@ __all__ = [
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
+    "IntentRequest",
     "IntentStatus",
     "JobContext",
     "JobMetrics",
+    "JobRequest",
     "JobTarget",
     "PromotionReport",
     "ReadScope",
@@ -73,6 +78,7 @@ __all__ = [
     "delete_promoted_intents_for_jobs",
     "delete_schedule",
     "enqueue_job",
+    "enqueue_jobs",
     "get_intent",
     "get_schedule",
     "intent_metrics",
@@ -84,6 +90,7 @@ __all__ = [
     "pause_schedule",
     "promote_intents",
     "record_intent",
+    "record_intents",
     "replay_job",
     "requeue_job",
     "resume_schedule",
