@@ -11,6 +11,7 @@ when a row vanished in between, as ``record_intent``'s second attempt).
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -30,7 +31,7 @@ from ..domain import (
     JobStatus,
 )
 from ..errors import Code, RunledgerError
-from ..uuid7 import uuid7
+from ..uuid7 import uuid7_many
 from ..validation import prepare_enqueue
 from . import tracing
 from ._owned import in_owned_transaction
@@ -175,33 +176,52 @@ def _in_transaction(using: str, body: Callable[[CursorWrapper], T], *, operation
     return in_owned_transaction(using, body, operation=operation)
 
 
-def _columns(requests: Sequence[EnqueueRequest], ids: Sequence[uuid.UUID]) -> dict[str, Any]:
-    """The batch as one array per column (``unnest`` makes them rows again)."""
+def _rows(requests: Sequence[EnqueueRequest], ids: Sequence[uuid.UUID]) -> dict[str, Any]:
+    """The batch as the three JSON texts the statements expand into rows (db/bulk_queries.py):
+    each request's scalar columns, then its payload and its snapshot embedded as they are."""
+    heads = json.dumps(
+        [
+            [
+                str(intent_id),
+                r.job_type,
+                None if r.organization_id is None else str(r.organization_id),
+                r.priority,
+                r.max_attempts,
+                r.timeout_seconds,
+                None if r.next_run_at is None else r.next_run_at.isoformat(),
+                r.idempotency_key,
+                r.stage,
+                r.execution_resource_key,
+            ]
+            for r, intent_id in zip(requests, ids, strict=True)
+        ],
+        separators=(",", ":"),
+    )
     return {
-        "ids": list(ids),
-        "job_types": [r.job_type for r in requests],
-        "organization_ids": [r.organization_id for r in requests],
-        "payloads": [r.payload_json for r in requests],
-        "priorities": [r.priority for r in requests],
-        "max_attempts": [r.max_attempts for r in requests],
-        "timeouts": [r.timeout_seconds for r in requests],
-        "next_run_ats": [r.next_run_at for r in requests],
-        "keys": [r.idempotency_key for r in requests],
-        "stages": [r.stage for r in requests],
-        "snapshots": [r.snapshot_json or None for r in requests],
-        "resource_keys": [r.execution_resource_key for r in requests],
+        "heads": heads,
+        "payloads": "[" + ",".join([r.payload_json for r in requests]) + "]",
+        "snapshots": "[" + ",".join([r.snapshot_json or "null" for r in requests]) + "]",
     }
 
 
 def _lookup(requests: Sequence[EnqueueRequest], ords: Sequence[int]) -> dict[str, Any]:
-    """The keys (and snapshots) of the requests at ``ords`` (1-based), for a lookup."""
-    chosen = [requests[ord_ - 1] for ord_ in ords]
+    """The keys and snapshots of the requests at ``ords`` (1-based), for a lookup."""
+    chosen = [(ord_, requests[ord_ - 1]) for ord_ in ords]
+    heads = json.dumps(
+        [
+            [
+                ord_,
+                r.job_type,
+                None if r.organization_id is None else str(r.organization_id),
+                r.idempotency_key,
+            ]
+            for ord_, r in chosen
+        ],
+        separators=(",", ":"),
+    )
     return {
-        "ords": list(ords),
-        "job_types": [r.job_type for r in chosen],
-        "organization_ids": [r.organization_id for r in chosen],
-        "keys": [r.idempotency_key for r in chosen],
-        "snapshots": [r.snapshot_json for r in chosen],
+        "heads": heads,
+        "snapshots": "[" + ",".join([r.snapshot_json for _, r in chosen]) + "]",
     }
 
 
@@ -220,7 +240,7 @@ class _IntentBatch:
 
     def __init__(self, requests: list[EnqueueRequest], trace_context: str | None) -> None:
         self.requests = requests
-        self.ids = [uuid7() for _ in requests]
+        self.ids = uuid7_many(len(requests))
         self.trace_context = trace_context
         self.outcomes: list[IntentOutcome | None] = [None] * len(requests)
 
@@ -263,7 +283,7 @@ class _IntentBatch:
         every = len(ords) == len(self.requests)
         chosen = self.requests if every else [self.requests[o - 1] for o in ords]
         ids = self.ids if every else [self.ids[o - 1] for o in ords]
-        params = _columns(chosen, ids)
+        params = _rows(chosen, ids)
         params["trace_context"] = self.trace_context
         rows = execute(
             cursor, bulk_queries.RECORD_INTENTS, params, context="record job enqueue intents"
@@ -320,7 +340,7 @@ class _JobBatch:
 
     def __init__(self, requests: list[EnqueueRequest], trace_context: str | None) -> None:
         self.requests = requests
-        self.ids = [uuid7() for _ in requests]
+        self.ids = uuid7_many(len(requests))
         self.trace_context = trace_context
         self.outcomes: list[EnqueueOutcome | None] = [None] * len(requests)
         self.keyed = any(r.idempotency_key is not None for r in requests)
@@ -334,7 +354,7 @@ class _JobBatch:
     def _enqueue(self, cursor: CursorWrapper) -> None:
         """Reference 3.4 for every request: insert, then resolve the keyed requests that
         inserted nothing; an unkeyed one that inserted nothing had no enabled definition."""
-        params = _columns(self.requests, self.ids)
+        params = _rows(self.requests, self.ids)
         params["trace_context"] = self.trace_context
         params["definition_types"] = sorted({r.job_type for r in self.requests})
         params["require_read_committed"] = self.keyed
