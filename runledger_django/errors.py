@@ -327,7 +327,7 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
         _V,
         "Job replay requires READ COMMITTED transaction isolation.",
     ),
-    Code.BATCH_TOO_LARGE: (_V, "A batch must hold at most 10,000 requests."),
+    Code.BATCH_TOO_LARGE: (_V, "A batch must hold at most 10,000 requests and 64 MiB of JSON."),
 }
 
 # A persisted row that fails to decode is the server's fault, not the caller's: the same codes

@@ -41,7 +41,11 @@ from .wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, wake_after_commit
 DEFAULT_USING = "default"
 
 MAX_BATCH_SIZE = 10_000
-"""Most requests per call: the arrays of a batch this size stay a few megabytes."""
+"""Most requests per call."""
+MAX_BATCH_TEXT = 64 * 1024 * 1024
+"""Most characters of JSON (payloads and their snapshots) per call: the batch travels as JSON
+texts that PostgreSQL parses as jsonb, whose values stop at 256 MB (4 bytes a character at
+most)."""
 
 T = TypeVar("T")
 
@@ -59,7 +63,8 @@ def record_intents(
     one). Inside the caller's, the batch runs in a savepoint, so a refused batch leaves nothing.
 
     Raises:
-        RunledgerError: ``job.batch_too_large`` above 10,000 requests; any error
+        RunledgerError: ``job.batch_too_large`` above 10,000 requests or 64 MiB of JSON
+            (payloads and snapshots); any error
             ``record_intent`` raises, with ``request_index`` naming the request (validation
             before any SQL).
     """
@@ -90,7 +95,8 @@ def enqueue_jobs(
     nothing.
 
     Raises:
-        RunledgerError: ``job.batch_too_large`` above 10,000 requests; any error
+        RunledgerError: ``job.batch_too_large`` above 10,000 requests or 64 MiB of JSON
+            (payloads and snapshots); any error
             ``enqueue_job`` raises, with ``request_index`` naming the request (validation
             before any SQL).
     """
@@ -147,6 +153,13 @@ def _prepared(
             )
         except RunledgerError as error:
             raise error.at_request(index) from None
+    text = sum(len(r.payload_json) + len(r.snapshot_json) for r in prepared)
+    if text > MAX_BATCH_TEXT:
+        raise RunledgerError.for_code(
+            Code.BATCH_TOO_LARGE,
+            f"{text} characters of payload and snapshot JSON in one batch; at most "
+            f"{MAX_BATCH_TEXT}",
+        )
     return prepared
 
 

@@ -37,6 +37,7 @@ from tests.conftest import (
     TEST_JOB_TYPE,
     InThread,
     MakeDefinition,
+    OpenSession,
     run_sql,
     wait_for_lock_wait,
 )
@@ -606,3 +607,32 @@ def test_enqueue_jobs__definition_disabled_concurrently__waits_for_the_batch(
         wait_for_lock_wait(observer, "UPDATE")
         assert not waiting.done()
     assert waiting.result(timeout=10) == 1
+
+
+# --- wake-ups -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_jobs__inside_callers_transaction__workers_notified_after_commit(
+    definition: JobDefinition, open_session: OpenSession
+) -> None:
+    listener = open_session()
+    listener.execute("LISTEN runledger_jobs")
+    with transaction.atomic(), CaptureQueriesContext(connection) as inside:
+        enqueue_jobs([_request(None), _request("a")])
+        assert [n.channel for n in listener.notifies(timeout=0.3, stop_after=1)] == []
+
+    assert not any("notify" in q["sql"].lower() for q in inside.captured_queries)
+    assert [n.channel for n in listener.notifies(timeout=10, stop_after=1)] == ["runledger_jobs"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_enqueue_jobs__autocommit__notified_once_committed(
+    definition: JobDefinition, open_session: OpenSession
+) -> None:
+    listener = open_session()
+    listener.execute("LISTEN runledger_jobs")
+
+    enqueue_jobs(_requests(2))
+
+    assert [n.channel for n in listener.notifies(timeout=10, stop_after=1)] == ["runledger_jobs"]

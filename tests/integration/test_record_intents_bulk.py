@@ -33,10 +33,12 @@ from runledger_django import (
 from runledger_django.api import IntentRequest as ApiIntentRequest
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobEnqueueIntent
+from runledger_django.services import bulk, wakeup
 from tests.conftest import (
     TEST_JOB_TYPE,
     InThread,
     MakeDefinition,
+    OpenSession,
     run_sql,
     wait_for_lock_wait,
 )
@@ -302,6 +304,21 @@ def test_record_intents__too_many_requests__batch_too_large_before_any_sql() -> 
     assert queries.captured_queries == []
 
 
+def test_record_intents__too_much_json__batch_too_large_before_any_sql(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The batch's payloads and snapshots together are bounded (64 Mi characters; lowered
+    here): each request may be fine alone."""
+    monkeypatch.setattr(bulk, "MAX_BATCH_TEXT", 2_000)
+    requests = [_request(f"k{n}", {"text": "x" * 300}) for n in range(3)]
+    with CaptureQueriesContext(connection) as queries, pytest.raises(RunledgerError) as info:
+        record_intents(requests)
+
+    assert info.value.code == "job.batch_too_large"
+    assert queries.captured_queries == []
+    assert len(record_intents(requests[:2])) == 2
+
+
 @pytest.mark.parametrize("requests", [None, "abc", iter([])], ids=["none", "str", "iterator"])
 def test_record_intents__not_a_list__invalid_argument(requests: Any) -> None:
     with pytest.raises(RunledgerError) as info:
@@ -500,3 +517,41 @@ def test_record_intents__concurrent_reversed_batches__one_row_per_key_no_deadloc
     assert dispositions <= {"inserted", "existing"}
     assert sum(o.disposition == "inserted" for o in ahead + behind) == 2000
     assert JobEnqueueIntent.objects.count() == 2000
+
+
+# --- wake-ups -------------------------------------------------------------------------------
+
+
+def _notifications(session: psycopg.Connection[Any], *, timeout: float) -> list[str]:
+    """The first notification that reaches ``session`` within ``timeout`` seconds, if any."""
+    return [n.channel for n in session.notifies(timeout=timeout, stop_after=1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_intents__inside_callers_transaction__promoters_notified_after_commit(
+    open_session: OpenSession,
+) -> None:
+    listener = open_session()
+    listener.execute("LISTEN runledger_intents")
+    with transaction.atomic(), CaptureQueriesContext(connection) as inside:
+        record_intents(_requests(3))
+        assert _notifications(listener, timeout=0.3) == []
+
+    assert not any("notify" in q["sql"].lower() for q in inside.captured_queries)
+    assert _notifications(listener, timeout=10) == ["runledger_intents"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_record_intents__nothing_inserted__nobody_notified(
+    open_session: OpenSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(wakeup, "COALESCE_SECONDS", 0.0)  # a send would not be coalesced away
+    record_intents(_requests(3))
+    listener = open_session()
+    listener.execute("LISTEN runledger_intents")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert {o.disposition for o in record_intents(_requests(3))} == {"existing"}
+
+    assert not any("notify" in q["sql"].lower() for q in queries.captured_queries)
+    assert _notifications(listener, timeout=0.3) == []
