@@ -191,7 +191,7 @@ def _in_transaction(using: str, body: Callable[[CursorWrapper], T], *, operation
 
 def _rows(requests: Sequence[EnqueueRequest], ids: Sequence[uuid.UUID]) -> dict[str, Any]:
     """The batch as the three JSON texts the statements expand into rows (db/bulk_queries.py):
-    each request's scalar columns, then its payload and its snapshot embedded as they are."""
+    each request's scalar columns, its payload and the rest of its snapshot."""
     heads = json.dumps(
         [
             [
@@ -213,8 +213,26 @@ def _rows(requests: Sequence[EnqueueRequest], ids: Sequence[uuid.UUID]) -> dict[
     return {
         "heads": heads,
         "payloads": "[" + ",".join([r.payload_json for r in requests]) + "]",
-        "snapshots": "[" + ",".join([r.snapshot_json or "null" for r in requests]) + "]",
+        "rests": "[" + ",".join([_snapshot_rest(r) for r in requests]) + "]",
     }
+
+
+def _snapshot_rest(request: EnqueueRequest) -> str:
+    """The snapshot without its payload, as a JSON object (``null`` when there is none): the
+    canonical snapshot's text starts with the payload under ``"payload"``
+    (validation.canonical_snapshot_json), and the statement puts it back."""
+    snapshot = request.snapshot_json
+    if not snapshot:
+        return "null"
+    end = len(_PAYLOAD_HEAD) + len(request.payload_json)
+    if not snapshot.startswith(_PAYLOAD_HEAD) or snapshot[end] != ",":
+        raise RunledgerError.for_code(
+            Code.ENQUEUE_REQUEST_SNAPSHOT_FAILED, "snapshot text does not lead with its payload"
+        )
+    return "{" + snapshot[end + 1 :]
+
+
+_PAYLOAD_HEAD = '{"payload":'
 
 
 def _lookup(requests: Sequence[EnqueueRequest], ords: Sequence[int]) -> dict[str, Any]:
