@@ -10,6 +10,7 @@ transaction path, promotion, or concurrent sessions.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import uuid
 from typing import Any
@@ -130,6 +131,35 @@ def test_record_intents__every_argument__same_row_as_record_intent() -> None:
         k: v for k, v in single_row.items() if k not in ignored
     }
     assert (bulk.status, bulk.disposition) == (single.status, single.disposition)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        None,
+        "a 'quoted' \"string\" with \\ backslashes,\nnewlines and ünïcödé 🎉",
+        [1, -2.5e300, 10**40, True, None, {"": []}],
+        {"payload": {"payload": 1}, "priority": "not the snapshot's"},
+    ],
+    ids=["null", "text", "list", "snapshot-keys"],
+)
+def test_record_intents__awkward_payloads__same_row_as_record_intent(payload: Any) -> None:
+    """The payload travels once and the snapshot is put back together around it in the
+    statement: whatever the payload, both columns are what record_intent stores."""
+    run_at = dt.datetime(2035, 4, 3, 2, 1, 0, 123456, tzinfo=dt.UTC)
+    single = record_intent(JOB_TYPE, payload, idempotency_key="single", next_run_at=run_at)
+    [bulk_outcome] = record_intents(
+        [IntentRequest(JOB_TYPE, payload, idempotency_key="bulk", next_run_at=run_at)]
+    )
+
+    columns = ("payload", "enqueue_request", "next_run_at")
+    assert JobEnqueueIntent.objects.values(*columns).get(id=bulk_outcome.intent_id) == (
+        JobEnqueueIntent.objects.values(*columns).get(id=single.intent_id)
+    )
+    [retry] = record_intents(
+        [IntentRequest(JOB_TYPE, payload, idempotency_key="single", next_run_at=run_at)]
+    )
+    assert (retry.intent_id, retry.disposition) == (single.intent_id, "existing")
 
 
 def test_record_intents__identical_retry_of_recorded_keys__existing_same_intents() -> None:
