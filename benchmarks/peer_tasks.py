@@ -42,3 +42,27 @@ def procrastinate_task() -> Any:
             deferred_receipt
         )
     return _registered["procrastinate"]
+
+
+def tasks_db_bulk_create(arguments: list[dict[str, Any]]) -> list[Any]:
+    """``send_receipt`` rows for many argument sets in one ``bulk_create``, each built as the
+    django-tasks-db backend's ``enqueue`` builds its row (``bulk_create`` sends no signal, so
+    the "run after" placeholder its pre-save handler would set is set here)."""
+    task = tasks_db_task()
+    backend = task.get_backend()
+    models = importlib.import_module("django_tasks_db.models")
+    compat = importlib.import_module("django_tasks_db.compat")
+    run_after = models.get_date_max() if task.run_after is None else task.run_after
+    rows = [
+        models.DBTaskResult(
+            id=backend._get_id(),
+            args_kwargs=compat.normalize_json({"args": [], "kwargs": kwargs}),
+            priority=task.priority,
+            task_path=task.module_path,
+            queue_name=task.queue_name,
+            run_after=run_after,
+            backend_name=backend.alias,
+        )
+        for kwargs in arguments
+    ]
+    return list(models.DBTaskResult.objects.bulk_create(rows))

@@ -44,6 +44,7 @@ SHAPES = {
     "o": ("exactly-once: atomic no-op drain rate against a plain one", "benchmarks.shape_o"),
     "n": ("observability: drain rate with tracing on against off", "benchmarks.shape_n"),
     "u": ("admin dashboard: chart queries at one million jobs", "benchmarks.shape_u"),
+    "v": ("bulk producers: record_intents / enqueue_jobs vs loops and peers", "benchmarks.shape_v"),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
     "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),

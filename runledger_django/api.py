@@ -7,8 +7,10 @@ from .domain import (
     EnqueueOutcome,
     IntentMetrics,
     IntentOutcome,
+    IntentRequest,
     IntentStatus,
     JobMetrics,
+    JobRequest,
     JobTarget,
     JobTypeControl,
     PromotionReport,
@@ -20,6 +22,7 @@ from .domain import (
     WorkReport,
 )
 from .errors import RunledgerError
+from .services.bulk import enqueue_jobs, record_intents
 from .services.enqueue import enqueue_job
 from .services.intents import get_intent, list_intents, record_intent
 from .services.job_control import cancel_job, requeue_job
@@ -55,9 +58,11 @@ __all__ = [
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
+    "IntentRequest",
     "IntentStatus",
     "JobContext",
     "JobMetrics",
+    "JobRequest",
     "JobTarget",
     "JobTypeControl",
     "PromotionReport",
@@ -76,6 +81,7 @@ __all__ = [
     "delete_promoted_intents_for_jobs",
     "delete_schedule",
     "enqueue_job",
+    "enqueue_jobs",
     "get_intent",
     "get_schedule",
     "intent_metrics",
@@ -88,6 +94,7 @@ __all__ = [
     "pause_schedule",
     "promote_intents",
     "record_intent",
+    "record_intents",
     "replay_job",
     "requeue_job",
     "resume_job_type",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass
 from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from django.db import models
@@ -144,6 +144,40 @@ class EnqueueRequest:
     trace_context: str | None = None
     """The enqueuing span's propagation fields as JSON text, stored beside the row and never
     in the snapshot (services/tracing.py)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntentRequest:
+    """One request of ``record_intents``: the arguments of ``record_intent``, as a value."""
+
+    job_type: str
+    payload: Any
+    _: KW_ONLY
+    idempotency_key: str
+    organization_id: uuid.UUID | str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout_seconds: int | None = None
+    next_run_at: dt.datetime | None = None
+    stage: str | None = None
+    execution_resource_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """One request of ``enqueue_jobs``: the arguments of ``enqueue_job``, as a value."""
+
+    job_type: str
+    payload: Any
+    _: KW_ONLY
+    idempotency_key: str | None = None
+    organization_id: uuid.UUID | str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    timeout_seconds: int | None = None
+    next_run_at: dt.datetime | None = None
+    stage: str | None = None
+    execution_resource_key: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

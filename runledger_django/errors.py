@@ -119,6 +119,8 @@ class Code(StrEnum):
     REPLAY_IDEMPOTENCY_CONFLICT = "job.replay_idempotency_conflict"
     REPLAY_EXPECTATION_MISMATCH = "job.replay_expectation_mismatch"
     COMPARE_AND_REPLAY_UNSUPPORTED_ISOLATION = "job.compare_and_replay_unsupported_isolation"
+    # Bulk producers (issue 22).
+    BATCH_TOO_LARGE = "job.batch_too_large"
 
 
 _V = ErrorCategory.VALIDATION
@@ -336,6 +338,7 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
         _V,
         "Job replay requires READ COMMITTED transaction isolation.",
     ),
+    Code.BATCH_TOO_LARGE: (_V, "A batch must hold at most 10,000 requests and 64 MiB of JSON."),
 }
 
 # A persisted row that fails to decode is the server's fault, not the caller's: the same codes
@@ -362,6 +365,7 @@ class RunledgerError(Exception):
         internal_message: str,
         sqlstate: str | None = None,
         constraint: str | None = None,
+        request_index: int | None = None,
     ) -> None:
         super().__init__(client_message)
         self.category = category
@@ -370,6 +374,22 @@ class RunledgerError(Exception):
         self.internal_message = internal_message
         self.sqlstate = sqlstate
         self.constraint = constraint
+        self.request_index = request_index
+        """In a bulk call, the position of the request that refused the batch."""
+
+    def at_request(self, index: int) -> RunledgerError:
+        """This error, naming the bulk request at ``index`` that refused its batch."""
+        error = type(self)(
+            category=self.category,
+            code=self.code,
+            client_message=self.client_message,
+            internal_message=f"request {index}: {self.internal_message}",
+            sqlstate=self.sqlstate,
+            constraint=self.constraint,
+            request_index=index,
+        )
+        error.__cause__ = self.__cause__
+        return error
 
     @classmethod
     def for_code(

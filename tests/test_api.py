@@ -20,9 +20,11 @@ PUBLIC_NAMES = [
     "EnqueueOutcome",
     "IntentMetrics",
     "IntentOutcome",
+    "IntentRequest",
     "IntentStatus",
     "JobContext",
     "JobMetrics",
+    "JobRequest",
     "JobTarget",
     "JobTypeControl",
     "PromotionReport",
@@ -41,6 +43,7 @@ PUBLIC_NAMES = [
     "delete_promoted_intents_for_jobs",
     "delete_schedule",
     "enqueue_job",
+    "enqueue_jobs",
     "get_intent",
     "get_schedule",
     "intent_metrics",
@@ -53,6 +56,7 @@ PUBLIC_NAMES = [
     "pause_schedule",
     "promote_intents",
     "record_intent",
+    "record_intents",
     "replay_job",
     "requeue_job",
     "resume_job_type",
@@ -113,8 +117,8 @@ def test_dir__lists_the_public_names() -> None:
 
 
 def test_getattr__unknown_name__attribute_error() -> None:
-    with pytest.raises(AttributeError, match="no attribute 'enqueue_jobs'"):
-        runledger_django.enqueue_jobs  # noqa: B018
+    with pytest.raises(AttributeError, match="no attribute 'enqueue_many'"):
+        runledger_django.enqueue_many  # noqa: B018
     with pytest.raises(AttributeError):
         runledger_django.decode_intent_state  # noqa: B018
 

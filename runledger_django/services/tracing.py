@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
@@ -177,6 +177,46 @@ def produce(
         if span.is_recording():
             _describe_enqueue(span, outcome)
         return outcome
+
+
+def produce_batch(
+    operation: Literal["create", "send"],
+    api: str,
+    job_types: Set[str],
+    count: int,
+    send: Callable[[str | None], T],
+) -> T:
+    """Run ``send`` (the insert of a batch) inside one PRODUCER span, ``<operation>
+    <job_type>`` when the batch has one job type, else ``<operation>``, with
+    ``messaging.batch.message_count``; ``send`` receives the span's context to store on every
+    row (or None when nothing is traced)."""
+    tracing = _tracing()
+    if tracing is None:
+        return send(None)
+    attributes: dict[str, Any] = {
+        "messaging.system": MESSAGING_SYSTEM,
+        "messaging.operation.name": operation,
+        "messaging.operation.type": operation,
+        "messaging.batch.message_count": count,
+        "runledger.api": api,
+    }
+    name: str = operation
+    if len(job_types) == 1:
+        (job_type,) = job_types
+        attributes["messaging.destination.name"] = job_type
+        name = f"{operation} {job_type}"
+    with tracing.tracer.start_as_current_span(
+        name,
+        kind=SpanKind.PRODUCER,
+        attributes=attributes,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            return send(current_carrier(baggage=tracing.baggage))
+        except BaseException as exc:
+            _failed(span, exc)
+            raise
 
 
 def _describe_enqueue(span: Span, outcome: object) -> None:

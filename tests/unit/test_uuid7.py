@@ -74,3 +74,36 @@ def test_uuid7__threads__all_unique() -> None:
     assert len(set(values)) == len(values)
     for batch in batches:
         assert batch == sorted(batch)
+
+
+# --- uuid7_many (the bulk producers' ids) ----------------------------------------------------
+
+
+def test_uuid7_many__version_variant_and_strictly_increasing() -> None:
+    values = uuid7_module.uuid7_many(10_000)
+    assert len(values) == 10_000
+    assert all(v.version == 7 and v.variant == uuid.RFC_4122 for v in values)
+    assert all(a < b for a, b in itertools.pairwise(values))
+
+
+def test_uuid7_many__interleaved_with_uuid7__one_creation_order() -> None:
+    before = uuid7()
+    batch = uuid7_module.uuid7_many(5)
+    after = uuid7()
+    assert before < batch[0] and batch[-1] < after
+
+
+def test_uuid7_many__counter_exhausted__borrows_the_next_millisecond(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    keep_generator_state(monkeypatch)
+    now_ms = time.time_ns() // 1_000_000 + 60_000
+    monkeypatch.setattr(uuid7_module, "_last_ms", now_ms)
+    monkeypatch.setattr(uuid7_module, "_last_counter", 0xFFE)
+    first, second = uuid7_module.uuid7_many(2)
+    assert (unix_ms(first), (first.int >> 64) & 0xFFF) == (now_ms, 0xFFF)
+    assert (unix_ms(second), (second.int >> 64) & 0xFFF) == (now_ms + 1, 0)
+
+
+def test_uuid7_many__zero__empty() -> None:
+    assert uuid7_module.uuid7_many(0) == []
