@@ -35,9 +35,13 @@ _API_NAMES = frozenset(
         "RunledgerError",
         "ScheduleMetrics",
         "SchedulePassReport",
+        "StepHandle",
         "TargetSpec",
         "TerminalJobError",
         "WorkReport",
+        "Workflow",
+        "WorkflowRunStatus",
+        "WorkflowStart",
         "backfill_schedule",
         "cancel_job",
         "delete_promoted_intents_before",
@@ -64,6 +68,7 @@ _API_NAMES = frozenset(
         "save_schedule",
         "schedule",
         "schedule_metrics",
+        "start_workflow",
         "trigger_schedule",
     }
 )

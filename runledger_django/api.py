@@ -16,6 +16,8 @@ from .domain import (
     ScheduleMetrics,
     SchedulePassReport,
     TargetSpec,
+    WorkflowRunStatus,
+    WorkflowStart,
     WorkReport,
 )
 from .errors import RunledgerError
@@ -41,6 +43,7 @@ from .services.schedules import (
     schedule_metrics,
     trigger_schedule,
 )
+from .services.workflows import StepHandle, Workflow, start_workflow
 from .worker.context import JobContext
 from .worker.outcomes import ContinueJob, RetryJob, TerminalJobError
 from .worker.registry import job_handler
@@ -64,9 +67,13 @@ __all__ = [
     "RunledgerError",
     "ScheduleMetrics",
     "SchedulePassReport",
+    "StepHandle",
     "TargetSpec",
     "TerminalJobError",
     "WorkReport",
+    "Workflow",
+    "WorkflowRunStatus",
+    "WorkflowStart",
     "backfill_schedule",
     "cancel_job",
     "delete_promoted_intents_before",
@@ -93,5 +100,6 @@ __all__ = [
     "save_schedule",
     "schedule",
     "schedule_metrics",
+    "start_workflow",
     "trigger_schedule",
 ]

@@ -31,9 +31,13 @@ PUBLIC_NAMES = [
     "RunledgerError",
     "ScheduleMetrics",
     "SchedulePassReport",
+    "StepHandle",
     "TargetSpec",
     "TerminalJobError",
     "WorkReport",
+    "Workflow",
+    "WorkflowRunStatus",
+    "WorkflowStart",
     "backfill_schedule",
     "cancel_job",
     "delete_promoted_intents_before",
@@ -60,6 +64,7 @@ PUBLIC_NAMES = [
     "save_schedule",
     "schedule",
     "schedule_metrics",
+    "start_workflow",
     "trigger_schedule",
 ]
 

@@ -10,7 +10,8 @@ lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin
 
 One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims,
 replay lineage), ``intents`` (enqueue intents), ``schedules`` (periodic schedules and their
-fire ledger), ``admin_pages`` (the proxies behind admin index entries). Every
+fire ledger), ``workflows`` (runs, steps, edges, appends, active keys, recoveries),
+``admin_pages`` (the proxies behind admin index entries). Every
 model is re-exported here, so ``from runledger_django.models import Job`` keeps working.
 """
 
@@ -21,6 +22,14 @@ from .admin_pages import DeadLetter, IntentMetricsPage, JobMetricsPage
 from .intents import JobEnqueueIntent
 from .jobs import Job, JobAttempt, JobDefinition, JobEvent, JobExecutionResourceClaim, JobReplay
 from .schedules import JobSchedule, ScheduleFire
+from .workflows import (
+    WorkflowActiveClaim,
+    WorkflowRecovery,
+    WorkflowRun,
+    WorkflowRunMutation,
+    WorkflowStep,
+    WorkflowStepDependency,
+)
 
 __all__ = [
     "FK_INTENT_PROMOTED_JOB",
@@ -36,4 +45,10 @@ __all__ = [
     "JobReplay",
     "JobSchedule",
     "ScheduleFire",
+    "WorkflowActiveClaim",
+    "WorkflowRecovery",
+    "WorkflowRun",
+    "WorkflowRunMutation",
+    "WorkflowStep",
+    "WorkflowStepDependency",
 ]

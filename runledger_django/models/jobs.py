@@ -95,6 +95,10 @@ class Job(models.Model):
     enqueue_request = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
     execution_resource_key = models.TextField(null=True, blank=True)
+    workflow_step_id = models.UUIDField(null=True, blank=True)
+    """The workflow step this job runs (NULL for a plain job). The completion statements
+    return it, and only a non-NULL value calls into workflows; the FK (ON DELETE SET NULL) is
+    RunSQL in migration 0015."""
     created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
     updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 

@@ -1,0 +1,15 @@
+"""Workflows (issue 19): graphs of job steps and external gates, started in the caller's
+transaction and released atomically with each prerequisite's terminal write.
+
+Modules: ``builder`` (``Workflow``), ``validation`` (the graph check before any SQL),
+``start`` (``start_workflow``), ``release`` (the terminal hook and propagation), ``cancel``,
+``retry``, ``external`` and ``reads``. The job lifecycle calls ``release`` only for a job whose
+row names a workflow step.
+"""
+
+from __future__ import annotations
+
+from .builder import StepHandle, Workflow
+from .start import start_workflow
+
+__all__ = ["StepHandle", "Workflow", "start_workflow"]
