@@ -578,8 +578,9 @@ ORDER BY step.id
 """
 SOURCE_EDGES: Final[LiteralString] = """
 SELECT edge.prerequisite_step_id, edge.dependent_step_id, edge.release_mode
-FROM runledger_workflow_step_dependencies edge
-WHERE edge.workflow_run_id = %(run_id)s
+FROM runledger_workflow_steps step
+JOIN runledger_workflow_step_dependencies edge ON edge.prerequisite_step_id = step.id
+WHERE step.workflow_run_id = %(run_id)s
 ORDER BY edge.id
 """
 
