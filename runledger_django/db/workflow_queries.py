@@ -366,6 +366,20 @@ events AS (
     SELECT id, run_number, 'ENQUEUED', stage,
            jsonb_build_object('job_type', job_type, 'workflow_run_id', %(run_id)s::text)
     FROM jobs
+),
+-- The run's counters for what this level started waiting or canceled (RUN_TRANSITION, next,
+-- adds the finished steps and derives the status).
+counted AS (
+    UPDATE runledger_workflow_runs run
+    SET steps_waiting = run.steps_waiting + tally.waiting,
+        steps_canceled = run.steps_canceled + tally.canceled
+    FROM (
+        SELECT (count(*) FILTER (WHERE next_status = 'WAITING_FOR_EXTERNAL'))::integer
+                   AS waiting,
+               (count(*) FILTER (WHERE next_status = 'CANCELED'))::integer AS canceled
+        FROM updated
+    ) tally
+    WHERE run.id = %(run_id)s AND tally.waiting + tally.canceled > 0
 )
 SELECT with_job.id, with_job.next_status, with_job.foreign_step FROM with_job
 """

@@ -216,11 +216,11 @@ def propagate_runs(
     if not deltas:
         return transitions
     if capped:
-        _propagate_all(cursor, deltas, transitions, using=using, lock_held=lock_held)
+        _propagate_all(cursor, deltas, transitions, using=using, lock_held=lock_held, fused=True)
         return transitions
     previous = cap_timeout(cursor, LOCK_TIMEOUT, RELEASE_LOCK_CAP_MS)
     try:
-        _propagate_all(cursor, deltas, transitions, using=using, lock_held=lock_held)
+        _propagate_all(cursor, deltas, transitions, using=using, lock_held=lock_held, fused=False)
     finally:
         if not connections[using].needs_rollback:
             restore_setting(cursor, LOCK_TIMEOUT, previous)
@@ -234,13 +234,13 @@ def _propagate_all(
     *,
     using: str,
     lock_held: bool,
+    fused: bool,
 ) -> None:
     for run_id in sorted(deltas):
         delta = deltas[run_id]
         if not lock_held:
             _lock_run_shared(cursor, run_id)
-        _propagate(cursor, run_id, delta)
-        transition = apply_run_delta(cursor, run_id, delta)
+        transition = _propagate(cursor, run_id, delta, using=using, fused=fused)
         transitions[run_id] = transition
         if transition.fail_fast and delta.failed and not transition.status.is_terminal:
             _cancel_after_commit(run_id, using)
@@ -288,22 +288,46 @@ def _lock_run_shared(cursor: Any, run_id: uuid.UUID) -> None:
         raise
 
 
-def _propagate(cursor: Any, run_id: uuid.UUID, delta: RunDelta) -> None:
+def _propagate(
+    cursor: Any, run_id: uuid.UUID, delta: RunDelta, *, using: str, fused: bool
+) -> RunTransition:
     """Breadth-first: each level releases or cancels the dependents that became ready; the
-    canceled ones are the next level's finished steps (reference 3.3 step 5)."""
+    canceled ones are the next level's finished steps (reference 3.3 step 5). PROPAGATE
+    counts what it started waiting or canceled on the run; the run's transition adds the
+    finished steps. ``fused``: in the worker's own transaction (already capped), each level
+    and the run's transition go in one round trip."""
     level: Sequence[tuple[uuid.UUID, str]] = delta.finished
+    counters = RunDelta(
+        succeeded=delta.succeeded,
+        failed=delta.failed,
+        canceled=delta.canceled,
+        waiting=delta.waiting,
+    )
+    transition: RunTransition | None = None
     while level:
-        rows = execute(
-            cursor,
-            workflow_queries.PROPAGATE,
-            {
-                "run_id": run_id,
-                "step_ids": [step_id for step_id, _ in level],
-                "outcomes": [outcome for _, outcome in level],
-                "failing": delta.failed > 0,
-            },
-            context="propagate workflow steps",
-        ).fetchall()
+        params = {
+            "run_id": run_id,
+            "step_ids": [step_id for step_id, _ in level],
+            "outcomes": [outcome for _, outcome in level],
+            "failing": delta.failed > 0,
+        }
+        if fused:
+            with last_statement_of_transaction(using):
+                rows, moved = run_capped_together(
+                    using,
+                    (workflow_queries.PROPAGATE, workflow_queries.RUN_TRANSITION),
+                    {**params, **_counter_params(run_id, counters)},
+                    lock_ms=RELEASE_LOCK_CAP_MS,
+                    statement_ms=STATEMENT_CAP_MS,
+                    tag="",
+                    context="propagate workflow steps",
+                )
+            transition = _transition(run_id, moved[0] if moved else None)
+            counters = RunDelta()
+        else:
+            rows = execute(
+                cursor, workflow_queries.PROPAGATE, params, context="propagate workflow steps"
+            ).fetchall()
         if any(row[2] for row in rows):
             raise RunledgerError.for_code(
                 Code.WF_INTERNAL_STATE, f"an edge of run {run_id} leads to another run"
@@ -312,12 +336,23 @@ def _propagate(cursor: Any, run_id: uuid.UUID, delta: RunDelta) -> None:
         for step_id, next_status, _ in rows:
             if next_status == WorkflowStepStatus.ENQUEUED:
                 delta.released_jobs += 1
-            elif next_status == WorkflowStepStatus.WAITING_FOR_EXTERNAL:
-                delta.waiting += 1
             elif next_status == WorkflowStepStatus.CANCELED:
-                delta.canceled += 1
                 level.append((step_id, WorkflowStepStatus.CANCELED.value))
     delta.finished = []
+    if transition is None:
+        transition = apply_run_delta(cursor, run_id, counters)
+    return transition
+
+
+def _counter_params(run_id: uuid.UUID, delta: RunDelta, *, cancel: bool = False) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "d_succeeded": delta.succeeded,
+        "d_failed": delta.failed,
+        "d_canceled": delta.canceled,
+        "d_waiting": delta.waiting,
+        "cancel": cancel,
+    }
 
 
 def apply_run_delta(
@@ -327,16 +362,13 @@ def apply_run_delta(
     row = execute(
         cursor,
         workflow_queries.RUN_TRANSITION,
-        {
-            "run_id": run_id,
-            "d_succeeded": delta.succeeded,
-            "d_failed": delta.failed,
-            "d_canceled": delta.canceled,
-            "d_waiting": delta.waiting,
-            "cancel": cancel,
-        },
+        _counter_params(run_id, delta, cancel=cancel),
         context="move workflow run counters",
     ).fetchone()
+    return _transition(run_id, row)
+
+
+def _transition(run_id: uuid.UUID, row: tuple[Any, ...] | None) -> RunTransition:
     if row is None:
         raise RunledgerError.for_code(Code.WF_INTERNAL_STATE, f"run {run_id} has no row")
     return RunTransition(
