@@ -312,3 +312,41 @@ def _closing(fn: Any) -> Any:
             connections.close_all()
 
     return run
+
+
+def test_external_completion_during_cancel__release_conflict_caller_can_commit(
+    step_types: None, open_session: OpenSession
+) -> None:
+    from runledger_django import complete_external_step
+    from runledger_django.models import JobDefinition
+
+    flow = Workflow("gate")
+    gate = flow.external("gate")
+    flow.step("then", STEP_TYPE, after=[gate])
+    run = start_workflow(flow).run_id
+    holder = open_session(autocommit=False)
+    holder.execute("SELECT pg_advisory_xact_lock(%s)", [run_lock_key(run)])
+    with transaction.atomic():
+        JobDefinition.objects.filter(job_type=STEP_TYPE).update(default_priority=5)
+        with pytest.raises(RunledgerError) as caught:
+            complete_external_step(run, "gate", scope=ReadScope.ADMIN)
+        assert caught.value.code == "workflow.release_conflict"
+    holder.rollback()
+    assert JobDefinition.objects.get(job_type=STEP_TYPE).default_priority == 5
+    assert statuses(run) == {"gate": "WAITING_FOR_EXTERNAL", "then": "BLOCKED"}
+
+
+def test_handle__waits_for_a_result_committed_after_the_wait_began(
+    step_types: None, in_thread: InThread
+) -> None:
+    from runledger_django import workflow_handle
+
+    flow = Workflow("waited", result_step="only")
+    flow.step("only", STEP_TYPE)
+    run = start_workflow(flow).run_id
+    job = claim_step(run, "only")
+    handle = workflow_handle(run, scope=ReadScope.ADMIN)
+    waiting = in_thread(handle.result, timeout=30, poll=0.01)
+    assert not waiting.done()
+    complete_job_success(job.lease, output={"late": 1})
+    assert waiting.result(timeout=30) == {"late": 1}
