@@ -44,6 +44,7 @@ _API_NAMES = frozenset(
         "WorkflowRunStatus",
         "WorkflowStart",
         "WorkflowStepStatus",
+        "append_workflow_steps",
         "backfill_schedule",
         "cancel_job",
         "cancel_workflow",

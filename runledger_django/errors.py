@@ -184,6 +184,13 @@ class Code(StrEnum):
     WF_RESULT_WAIT_TIMEOUT = "workflow.result_wait_timeout"
     WF_REQUEUE_NOT_SUPPORTED = "job.workflow_requeue_not_supported"
     WF_HANDLER_CONTINUATION_NOT_ENABLED = "job.workflow_handler_continuation_not_enabled"
+    WF_APPEND_MUTATION_KEY_BLANK = "workflow.append_mutation_key_blank"
+    WF_APPEND_CONFLICTING_RETRY = "workflow.append_conflicting_retry"
+    WF_APPEND_WINDOW_MISSING = "workflow.append_window_missing"
+    WF_APPEND_WINDOW_NOT_EXTERNAL = "workflow.append_window_not_external"
+    WF_APPEND_WINDOW_NOT_OPEN = "workflow.append_window_not_open"
+    WF_APPEND_TERMINAL_RUN = "workflow.append_terminal_run"
+    WF_APPEND_UNSUPPORTED_ISOLATION = "workflow.append_unsupported_isolation"
 
 
 _V = ErrorCategory.VALIDATION
@@ -533,6 +540,22 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
     Code.WF_HANDLER_CONTINUATION_NOT_ENABLED: (
         _C,
         "This workflow step does not allow handler continuation.",
+    ),
+    Code.WF_APPEND_MUTATION_KEY_BLANK: (
+        _V,
+        "Workflow append mutation key must be non-blank text of at most 512 bytes.",
+    ),
+    Code.WF_APPEND_CONFLICTING_RETRY: (
+        _C,
+        "Workflow append mutation key was already used with different steps.",
+    ),
+    Code.WF_APPEND_WINDOW_MISSING: (_V, "Workflow append window step does not exist."),
+    Code.WF_APPEND_WINDOW_NOT_EXTERNAL: (_V, "Workflow append window must be an external step."),
+    Code.WF_APPEND_WINDOW_NOT_OPEN: (_C, "Workflow append window is not open."),
+    Code.WF_APPEND_TERMINAL_RUN: (_C, "Steps cannot be appended to a finished workflow run."),
+    Code.WF_APPEND_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Workflow appends require READ COMMITTED isolation.",
     ),
 }
 

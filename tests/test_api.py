@@ -40,6 +40,7 @@ PUBLIC_NAMES = [
     "WorkflowRunStatus",
     "WorkflowStart",
     "WorkflowStepStatus",
+    "append_workflow_steps",
     "backfill_schedule",
     "cancel_job",
     "cancel_workflow",

@@ -106,7 +106,8 @@ FOR SHARE
 
 # The whole graph in one statement: steps and edges from arrays, the root steps' jobs (a step
 # without prerequisites is released at once) and their ENQUEUED events. A recovery run also
-# carries steps over as SUCCEEDED with their outputs (``carried``). The foreign keys
+# carries steps over as SUCCEEDED with their outputs (``carried``); an append inserts its
+# steps BLOCKED (``hold``) and decides the ready ones with PROPAGATE. The foreign keys
 # between the new steps and the new jobs are checked at the end of the statement, when both
 # exist. Blocked steps get no job row.
 INSERT_GRAPH: Final[LiteralString] = """
@@ -117,25 +118,26 @@ WITH step_rows AS (
                 %(payloads)s::text[], %(priorities)s::integer[], %(max_attempts)s::integer[],
                 %(timeouts)s::integer[], %(resource_keys)s::text[], %(pending)s::integer[],
                 %(job_ids)s::uuid[], %(totals)s::integer[], %(carried)s::boolean[],
-                %(outputs)s::text[])
+                %(outputs)s::text[], %(unsatisfied)s::integer[])
         AS s(id, step_key, kind, job_type, payload, priority, max_attempts, timeout_seconds,
-             resource_key, pending, job_id, total, carried, output)
+             resource_key, pending, job_id, total, carried, output, unsatisfied)
 ),
 steps AS (
     INSERT INTO runledger_workflow_steps (
         id, workflow_run_id, step_key, execution_kind, job_type, organization_id, payload,
         priority, max_attempts, timeout_seconds, stage, execution_resource_key, status, job_id,
-        released_at, dependency_count_total, dependency_count_pending, finished_at, output
+        released_at, dependency_count_total, dependency_count_pending, finished_at, output,
+        dependency_count_unsatisfied
     )
     SELECT id, %(run_id)s, step_key, kind, job_type, CAST(%(organization_id)s AS uuid),
            CAST(payload AS jsonb), priority, max_attempts, timeout_seconds,
            CASE WHEN kind = 'JOB' THEN 'queued' END, resource_key,
            CASE WHEN carried THEN 'SUCCEEDED'
-                WHEN pending > 0 THEN 'BLOCKED'
+                WHEN pending > 0 OR %(hold)s THEN 'BLOCKED'
                 WHEN kind = 'JOB' THEN 'ENQUEUED'
                 ELSE 'WAITING_FOR_EXTERNAL' END,
-           job_id, CASE WHEN pending = 0 OR carried THEN now() END, total, pending,
-           CASE WHEN carried THEN now() END, CAST(output AS jsonb)
+           job_id, CASE WHEN (pending = 0 AND NOT %(hold)s) OR carried THEN now() END, total,
+           pending, CASE WHEN carried THEN now() END, CAST(output AS jsonb), unsatisfied
     FROM step_rows
 ),
 edges AS (
@@ -289,6 +291,9 @@ agg AS MATERIALIZED (
     FROM runledger_workflow_step_dependencies edge
     JOIN finished ON finished.id = edge.prerequisite_step_id
     GROUP BY edge.dependent_step_id
+    -- Steps to decide as they are (appended steps with nothing left to wait for).
+    UNION ALL
+    SELECT direct.id, 0, 0 FROM unnest(%(direct_ids)s::uuid[]) AS direct(id)
 ),
 run AS MATERIALIZED (
     SELECT run.status IN ('RUNNING', 'WAITING_FOR_EXTERNAL') AS open,
@@ -394,7 +399,8 @@ SELECT with_job.id, with_job.next_status, with_job.foreign_step FROM with_job
 RUN_TRANSITION: Final[LiteralString] = """
 /* runledger:workflow_run_transition */
 WITH old AS MATERIALIZED (
-    SELECT run.id, run.status, run.fail_fast, run.result_step_key, run.steps_total AS total,
+    SELECT run.id, run.status, run.fail_fast, run.result_step_key,
+           run.steps_total + %(d_total)s AS total,
            run.steps_waiting + %(d_waiting)s AS waiting,
            run.steps_succeeded + %(d_succeeded)s AS succeeded,
            run.steps_failed + %(d_failed)s AS failed,
@@ -415,7 +421,8 @@ next AS MATERIALIZED (
 ),
 updated AS (
     UPDATE runledger_workflow_runs run
-    SET steps_waiting = next.waiting,
+    SET steps_total = next.total,
+        steps_waiting = next.waiting,
         steps_succeeded = next.succeeded,
         steps_failed = next.failed,
         steps_canceled = next.canceled,
@@ -520,7 +527,8 @@ SELECT count(*) FROM (
 ) locked
 """
 LOCK_RUN_ROW: Final[LiteralString] = """
-SELECT run.status FROM runledger_workflow_runs run WHERE run.id = %(run_id)s FOR UPDATE
+SELECT run.status, run.organization_id
+FROM runledger_workflow_runs run WHERE run.id = %(run_id)s FOR UPDATE
 """
 
 # The sweep of a run cancel: every unfinished step CANCELED, and the jobs of its enqueued steps
@@ -656,4 +664,31 @@ INSERT INTO runledger_workflow_recoveries (
     recovery_run_id, source_run_id, request_key, mode, reason
 )
 VALUES (%(recovery_run_id)s, %(run_id)s, %(request_key)s, %(mode)s, %(reason)s)
+"""
+
+# --- appends (reference 3.8) ------------------------------------------------------------------
+
+EXISTING_MUTATION: Final[LiteralString] = """
+SELECT mutation.request = CAST(%(request)s AS jsonb), mutation.step_ids
+FROM runledger_workflow_run_mutations mutation
+WHERE mutation.workflow_run_id = %(run_id)s AND mutation.mutation_key = %(mutation_key)s
+"""
+
+# The run's steps, locked in id order (an append reads the state of the prerequisites it
+# names and the window; none may move until it commits).
+LOCK_RUN_STEP_STATES: Final[LiteralString] = """
+/* runledger:workflow_append_lock_steps */
+SELECT step.id, step.step_key, step.status, step.execution_kind
+FROM runledger_workflow_steps step
+WHERE step.workflow_run_id = %(run_id)s
+ORDER BY step.id
+FOR UPDATE
+"""
+
+INSERT_MUTATION: Final[LiteralString] = """
+INSERT INTO runledger_workflow_run_mutations (
+    workflow_run_id, mutation_key, metadata, request, step_ids
+)
+VALUES (%(run_id)s, %(mutation_key)s, CAST(%(metadata)s AS jsonb), CAST(%(request)s AS jsonb),
+        CAST(%(step_ids)s AS jsonb))
 """

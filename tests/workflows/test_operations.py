@@ -381,3 +381,110 @@ def test_active_key__canceled_run_with_live_lease__key_taken_until_it_expires(
     )
     freed = start_workflow(flow, active_key="k")
     assert freed.disposition == "inserted"
+
+
+# --- appends ---------------------------------------------------------------------------------
+
+
+def appendable() -> Workflow:
+    flow = Workflow("appendable")
+    flow.external("window")
+    flow.step("breaks", STEP_TYPE)
+    flow.step("slow", STEP_TYPE)
+    return flow
+
+
+def more(*, extra: int = 0) -> Workflow:
+    steps = Workflow("ignored")
+    ready = steps.step("ready", STEP_TYPE, {"n": 1})
+    steps.step("after_ready", STEP_TYPE, after=[ready])
+    steps.step("after_slow", STEP_TYPE, after=["slow"])
+    steps.step("after_breaks", STEP_TYPE, after=["breaks"])
+    steps.step("always", STEP_TYPE, after=["breaks"], when="terminal")
+    for index in range(extra):
+        steps.step(f"extra{index}", STEP_TYPE)
+    return steps
+
+
+def test_append_workflow_steps__resolves_ready_blocks_pending_cancels_unsatisfied(
+    step_types: None,
+) -> None:
+    from runledger_django import append_workflow_steps
+
+    run = start_workflow(appendable()).run_id
+    fail(run, "breaks")
+    ids = append_workflow_steps(run, more(), scope=ADMIN, mutation_key="m1", window="window")
+    assert len(ids) == 5
+    assert statuses(run) == {
+        "window": "WAITING_FOR_EXTERNAL",
+        "breaks": "FAILED",
+        "slow": "ENQUEUED",
+        "ready": "ENQUEUED",
+        "after_ready": "BLOCKED",
+        "after_slow": "BLOCKED",
+        "after_breaks": "CANCELED",
+        "always": "ENQUEUED",
+    }
+    assert WorkflowStep.objects.get(id=ids[2]).step_key == "after_slow"
+    row = run_row(run)
+    assert (row["steps_total"], row["steps_canceled"], row["steps_failed"]) == (8, 1, 1)
+    # The same request again: the same steps, nothing new.
+    jobs = Job.objects.count()
+    again = append_workflow_steps(run, more(), scope=ADMIN, mutation_key="m1", window="window")
+    assert again == ids
+    assert Job.objects.count() == jobs
+    with pytest.raises(RunledgerError) as caught:
+        append_workflow_steps(run, more(extra=1), scope=ADMIN, mutation_key="m1", window="window")
+    assert caught.value.code == "workflow.append_conflicting_retry"
+    # The appended steps run like the others.
+    succeed(run, "slow")
+    succeed(run, "ready")
+    assert statuses(run)["after_ready"] == "ENQUEUED"
+    assert statuses(run)["after_slow"] == "ENQUEUED"
+    for key in ("after_ready", "after_slow", "always"):
+        succeed(run, key)
+    complete_external_step(run, "window", scope=ADMIN)
+    assert run_row(run)["status"] == "COMPLETED_WITH_ERRORS"
+
+
+@pytest.mark.parametrize(
+    ("window", "code"),
+    [
+        ("nope", "workflow.append_window_missing"),
+        ("slow", "workflow.append_window_not_external"),
+    ],
+)
+def test_append_workflow_steps__bad_window__refused(
+    step_types: None, window: str, code: str
+) -> None:
+    from runledger_django import append_workflow_steps
+
+    run = start_workflow(appendable()).run_id
+    with pytest.raises(RunledgerError) as caught:
+        append_workflow_steps(run, more(), scope=ADMIN, mutation_key="m", window=window)
+    assert caught.value.code == code
+    assert len(statuses(run)) == 3
+
+
+def test_append_workflow_steps__closed_window_terminal_run_existing_key__refused(
+    step_types: None,
+) -> None:
+    from runledger_django import append_workflow_steps
+
+    run = start_workflow(appendable()).run_id
+    clash = Workflow("x")
+    clash.step("slow", STEP_TYPE)
+    with pytest.raises(RunledgerError) as caught:
+        append_workflow_steps(run, clash, scope=ADMIN, mutation_key="m", window="window")
+    assert caught.value.code == "workflow.invalid_dag_duplicate_step_key"
+    complete_external_step(run, "window", scope=ADMIN)
+    with pytest.raises(RunledgerError) as caught:
+        append_workflow_steps(run, more(), scope=ADMIN, mutation_key="m", window="window")
+    assert caught.value.code == "workflow.append_window_not_open"
+    cancel_workflow(run, scope=ADMIN)
+    with pytest.raises(RunledgerError) as caught:
+        append_workflow_steps(run, more(), scope=ADMIN, mutation_key="m", window="window")
+    assert caught.value.code == "workflow.append_terminal_run"
+    with pytest.raises(RunledgerError) as caught:
+        append_workflow_steps(run, more(), scope=ADMIN, mutation_key=" ", window="window")
+    assert caught.value.code == "workflow.append_mutation_key_blank"

@@ -89,9 +89,13 @@ class RunDelta:
     failed: int = 0
     canceled: int = 0
     waiting: int = 0
+    total: int = 0
+    """Steps appended."""
     released_jobs: int = 0
     finished: list[tuple[uuid.UUID, str]] = field(default_factory=list)
     """(step id, outcome) pairs whose dependents still have to be told."""
+    decide: list[uuid.UUID] = field(default_factory=list)
+    """Blocked steps with nothing left to wait for, to release or cancel (appended ones)."""
 
     def count(self, outcome: str) -> None:
         if outcome == WorkflowStepStatus.SUCCEEDED:
@@ -302,14 +306,17 @@ def _propagate(
         failed=delta.failed,
         canceled=delta.canceled,
         waiting=delta.waiting,
+        total=delta.total,
     )
     transition: RunTransition | None = None
-    while level:
+    direct = list(delta.decide)
+    while level or direct:
         params = {
             "run_id": run_id,
             "step_ids": [step_id for step_id, _ in level],
             "outcomes": [outcome for _, outcome in level],
             "failing": delta.failed > 0,
+            "direct_ids": direct,
         }
         if fused:
             with last_statement_of_transaction(using):
@@ -332,13 +339,14 @@ def _propagate(
             raise RunledgerError.for_code(
                 Code.WF_INTERNAL_STATE, f"an edge of run {run_id} leads to another run"
             )
-        level = []
+        level, direct = [], []
         for step_id, next_status, _ in rows:
             if next_status == WorkflowStepStatus.ENQUEUED:
                 delta.released_jobs += 1
             elif next_status == WorkflowStepStatus.CANCELED:
                 level.append((step_id, WorkflowStepStatus.CANCELED.value))
     delta.finished = []
+    delta.decide = []
     if transition is None:
         transition = apply_run_delta(cursor, run_id, counters)
     return transition
@@ -351,6 +359,7 @@ def _counter_params(run_id: uuid.UUID, delta: RunDelta, *, cancel: bool = False)
         "d_failed": delta.failed,
         "d_canceled": delta.canceled,
         "d_waiting": delta.waiting,
+        "d_total": delta.total,
         "cancel": cancel,
     }
 

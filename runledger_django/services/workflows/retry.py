@@ -227,4 +227,6 @@ def _graph(
         "edge_from": [new_id[edge[0]] for edge in edges],
         "edge_to": [new_id[edge[1]] for edge in edges],
         "edge_modes": [edge[2] for edge in edges],
+        "unsatisfied": [0] * len(steps),
+        "hold": False,
     }, roots_external

@@ -265,4 +265,6 @@ def _graph_params(
         "totals": pending,
         "carried": [False] * len(ids),
         "outputs": [None] * len(ids),
+        "unsatisfied": [0] * len(ids),
+        "hold": False,
     }

@@ -374,3 +374,43 @@ def prepare_workflow(
         steps=ordered,
         request=_canonical(request),
     )
+
+
+def prepare_steps(flow: Workflow) -> list[PreparedStep]:
+    """Check steps to append (``flow``'s type and options are not used): each step's shape,
+    unique keys, and no cycle among them; a dependency on a key not among them must be an
+    existing step of the run (checked by the append). Returned in the order given, with ids
+    in a topological order. No SQL.
+
+    Raises:
+        RunledgerError: a ``workflow.invalid_dag_*`` code.
+    """
+    if not flow.steps:
+        raise _fail(Code.WF_INVALID_DAG_EMPTY, "nothing to append")
+    if len(flow.steps) > GRAPH_MAX_STEPS:
+        raise _fail(Code.WF_INVALID_DAG_DEPENDENCY_COUNT_OVERFLOW, "too many steps")
+    steps = [_step(declaration, flow) for declaration in flow.steps]
+    keys: set[str] = set()
+    for step in steps:
+        if step.key in keys:
+            raise _fail(Code.WF_INVALID_DAG_DUPLICATE_STEP_KEY, f"step {step.key!r} twice")
+        keys.add(step.key)
+    inner = [
+        PreparedStep(
+            id=step.id,
+            key=step.key,
+            kind=step.kind,
+            job_type=step.job_type,
+            payload=step.payload,
+            priority=step.priority,
+            max_attempts=step.max_attempts,
+            timeout_seconds=step.timeout_seconds,
+            execution_resource_key=step.execution_resource_key,
+            after=tuple(item for item in step.after if item[0] in keys),
+        )
+        for step in steps
+    ]
+    by_key = {step.key: step for step in steps}
+    for ordered in _topological(inner):
+        by_key[ordered.key].id = uuid7()
+    return steps
