@@ -16,7 +16,7 @@ from ..domain import ClaimedJob, JobLease
 from ..errors import Code, RunledgerError
 from ..services._lease import lease_mismatch
 from ..services.lifecycle import heartbeat_leases, update_job_progress
-from ..services.workflows import step_context
+from ..services.workflows import append_from_running_step, step_context
 from .atomic import AtomicCompletion, CompletingAttempt, complete_atomically
 
 
@@ -104,6 +104,28 @@ class JobContext:
         for a plain job. Read once, on first use."""
         step = self._step()
         return {} if step is None else dict(step[2])
+
+    def append_steps(self, steps: Any, *, mutation_key: str) -> list[uuid.UUID]:
+        """Add the steps of ``steps`` (a ``Workflow`` used as a list of steps) to this step's
+        run, as part of this step's success: in an ``atomic=True`` handler the append joins
+        the handler's transaction, so the steps exist if and only if the success commits,
+        and those that come after this step (``after=[job.step_key]``) are released by it.
+        Idempotent per ``mutation_key`` (a retried attempt appends nothing new).
+
+        Raises:
+            RunledgerError: ``workflow.append_window_not_open`` (not an atomic handler, not a
+                workflow step, or no longer running); the codes of ``append_workflow_steps``.
+        """
+        self._check()
+        step = self._step()
+        step_id = self.workflow_step_id
+        if step is None or step_id is None:
+            raise RunledgerError.for_code(
+                Code.WF_APPEND_WINDOW_NOT_OPEN, f"job {self.job_id} is not a workflow step"
+            )
+        return append_from_running_step(
+            step_id, step[0], step[1], steps, mutation_key=mutation_key, using=self._using
+        )
 
     def _step(self) -> tuple[uuid.UUID, str, dict[str, Any]] | None:
         step_id = self.workflow_step_id

@@ -15,6 +15,7 @@ from django.db import connection, connections
 
 from runledger_django import (
     JobContext,
+    RunledgerError,
     TerminalJobError,
     Workflow,
     enqueue_job,
@@ -31,6 +32,7 @@ from tests.workflows.conftest import run_row, statuses
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TYPE = "wf.worker"
+OTHER = "wf.worker.other"
 
 
 def test_run_jobs__handlers_see_upstream_run_and_key(register: Register) -> None:
@@ -188,3 +190,46 @@ def test_threaded_worker__fan_out_fan_in__each_step_once_after_its_prerequisites
     assert started["fan_in"] > max(finished[f"child{i:02}"] for i in range(50))
     assert Job.objects.count() == 52
     assert JobAttempt.objects.filter(outcome="SUCCEEDED").count() == 52
+
+
+def test_atomic_step__appends_steps_with_its_success(register: Register) -> None:
+    ran: list[str] = []
+    refused: list[str] = []
+
+    def atomic_step(job: JobContext) -> dict[str, str] | None:
+        key = job.step_key
+        assert key is not None
+        ran.append(key)
+        if key == "split":
+            more = Workflow("more")
+            for index in range(3):
+                more.step(f"part{index}", TYPE, {"i": index}, after=["split"])
+            job.append_steps(more, mutation_key="split-parts")
+            return {"parts": "3"}
+        return None
+
+    def plain_step(job: JobContext) -> None:
+        try:
+            job.append_steps(Workflow("never"), mutation_key="k")
+        except RunledgerError as error:
+            refused.append(error.code)
+
+    register(TYPE, atomic_step, atomic=True)
+    register(OTHER, plain_step)
+    run_jobs([TYPE, OTHER])
+    flow = Workflow("splitting")
+    split = flow.step("split", TYPE)
+    flow.step("plain", OTHER, after=[split])
+    run = start_workflow(flow).run_id
+    run_jobs([TYPE, OTHER])
+    assert sorted(ran) == ["part0", "part1", "part2", "split"]
+    assert refused == ["workflow.append_window_not_open"]
+    assert statuses(run) == {
+        "split": "SUCCEEDED",
+        "plain": "SUCCEEDED",
+        "part0": "SUCCEEDED",
+        "part1": "SUCCEEDED",
+        "part2": "SUCCEEDED",
+    }
+    row = run_row(run)
+    assert (row["status"], row["steps_total"]) == ("SUCCEEDED", 5)

@@ -9,7 +9,7 @@ row names a workflow step.
 
 from __future__ import annotations
 
-from .append import append_workflow_steps
+from .append import append_from_running_step, append_workflow_steps
 from .builder import StepHandle, Workflow
 from .cancel import cancel_workflow
 from .external import complete_external_step
@@ -28,6 +28,7 @@ __all__ = [
     "StepHandle",
     "Workflow",
     "WorkflowHandle",
+    "append_from_running_step",
     "append_workflow_steps",
     "cancel_workflow",
     "complete_external_step",

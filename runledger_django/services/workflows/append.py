@@ -7,6 +7,8 @@ import json
 import uuid
 from typing import Any
 
+from django.db import connections
+
 from ...db import workflow_queries
 from ...db.transaction import execute
 from ...domain import WorkflowReleaseMode, WorkflowRunStatus, WorkflowStepKind, WorkflowStepStatus
@@ -34,6 +36,7 @@ def append_workflow_steps(
     window: Any,
     metadata: Any = None,
     using: str = DEFAULT_USING,
+    _running_step: bool = False,
 ) -> list[uuid.UUID]:
     """Add the steps of ``steps`` (a ``Workflow`` used as a list of steps; its type is not
     used) to a run while its external step ``window`` is waiting: they may come after
@@ -97,8 +100,55 @@ def append_workflow_steps(
         using, operation="append workflow steps", code=Code.WF_APPEND_UNSUPPORTED_ISOLATION
     ) as cursor:
         return _append(
-            cursor, params, prepared, window, mutation_key, metadata_text, request, using
+            cursor,
+            params,
+            prepared,
+            window,
+            mutation_key,
+            metadata_text,
+            request,
+            using,
+            running_step=_running_step,
         )
+
+
+def append_from_running_step(
+    step_id: uuid.UUID,
+    run_id: uuid.UUID,
+    step_key: str,
+    steps: Any,
+    *,
+    mutation_key: Any,
+    using: str = DEFAULT_USING,
+) -> list[uuid.UUID]:
+    """A running job step adds steps to its own run (checklist item 37): the append joins the
+    handler's transaction, so in an atomic handler it commits with the step's success, and
+    steps that come after the running step are released by that success. The step itself is
+    the window while it runs.
+
+    Transaction: requires the caller's atomic block (the atomic handler's).
+
+    Raises:
+        RunledgerError: ``workflow.append_window_not_open`` outside a transaction, or once
+            the step is no longer running; the codes of ``append_workflow_steps``.
+    """
+    connection = connections[using]
+    if not connection.in_atomic_block:
+        raise RunledgerError.for_code(
+            Code.WF_APPEND_WINDOW_NOT_OPEN,
+            "a step appends inside its atomic handler's transaction (atomic=True)",
+        )
+    from ...domain import ReadScope
+
+    return append_workflow_steps(
+        run_id,
+        steps,
+        scope=ReadScope.ADMIN,
+        mutation_key=mutation_key,
+        window=step_key,
+        using=using,
+        _running_step=True,
+    )
 
 
 def _append(
@@ -110,6 +160,8 @@ def _append(
     metadata: str,
     request: str,
     using: str,
+    *,
+    running_step: bool = False,
 ) -> list[uuid.UUID]:
     context = "append workflow steps"
     run_id = params["run_id"]
@@ -135,11 +187,15 @@ def _append(
     status, organization_id = WorkflowRunStatus(run_row[0]), run_row[1]
     if window not in existing:
         raise RunledgerError.for_code(Code.WF_APPEND_WINDOW_MISSING, "no step has that key")
-    if existing[window][2] != WorkflowStepKind.EXTERNAL:
+    kind = WorkflowStepKind.JOB if running_step else WorkflowStepKind.EXTERNAL
+    if existing[window][2] != kind:
         raise RunledgerError.for_code(Code.WF_APPEND_WINDOW_NOT_EXTERNAL, "a job step")
     if status.is_terminal:
         raise RunledgerError.for_code(Code.WF_APPEND_TERMINAL_RUN, f"the run is {status}")
-    if existing[window][1] != WorkflowStepStatus.WAITING_FOR_EXTERNAL:
+    open_status = (
+        WorkflowStepStatus.ENQUEUED if running_step else WorkflowStepStatus.WAITING_FOR_EXTERNAL
+    )
+    if existing[window][1] != open_status:
         raise RunledgerError.for_code(
             Code.WF_APPEND_WINDOW_NOT_OPEN, f"the window is {existing[window][1]}"
         )
