@@ -160,7 +160,7 @@ WITH moved AS (
         last_error_message = %(message)s
     WHERE job.id = %(job_id)s AND job.status = 'PENDING'
     RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
-              job.progress_total
+              job.progress_total, job.workflow_step_id
 ),
 event AS (
     INSERT INTO runledger_job_events (
@@ -172,7 +172,7 @@ event AS (
                               'reason', 'FAILURE_KIND_NON_RETRYABLE')
     FROM moved
 )
-SELECT id FROM moved
+SELECT id, workflow_step_id FROM moved
 """
 
 # --- the lease fence ------------------------------------------------------------------------

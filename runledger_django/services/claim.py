@@ -28,7 +28,7 @@ from ._lease import (
     validate_lease_seconds,
     validate_worker_id,
 )
-from .lifecycle import complete_jobs_success
+from .lifecycle import complete_jobs_success, terminal_write
 
 logger = logging.getLogger(__name__)
 
@@ -325,7 +325,8 @@ def _dead_letter(job_id: Any, using: str) -> bool:
     """Dead-letter a PENDING job that cannot be claimed. False when it was no longer PENDING,
     or when the row refuses even that (a trigger): then it is only skipped."""
     try:
-        moved = transition(
+        # A workflow job's step fails with it, in the same transaction.
+        moved = terminal_write(
             using,
             lifecycle_queries.DEAD_LETTER_UNCLAIMABLE,
             {
@@ -334,6 +335,10 @@ def _dead_letter(job_id: Any, using: str) -> bool:
                 "message": CATALOG[Code.INVALID_PERSISTED_JOB][1],
             },
             context="dead-letter an unclaimable job",
+            workflow=False,
+            finished=lambda rows: [(row[1], "DEAD_LETTERED") for row in rows if row[1]],
+            retry_when_short=False,
+            plain_guard=False,
         )
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):

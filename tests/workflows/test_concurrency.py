@@ -350,3 +350,49 @@ def test_handle__waits_for_a_result_committed_after_the_wait_began(
     assert not waiting.done()
     complete_job_success(job.lease, output={"late": 1})
     assert waiting.result(timeout=30) == {"late": 1}
+
+
+def test_retry_workflow__concurrent_equal_requests__one_recovery_run(step_types: None) -> None:
+    from runledger_django import retry_workflow
+
+    flow = Workflow("retried")
+    flow.step("only", STEP_TYPE)
+    run = start_workflow(flow).run_id
+    cancel_workflow(run, scope=ReadScope.ADMIN)
+    callers = 12
+    barrier = threading.Barrier(callers)
+
+    def retry() -> Any:
+        barrier.wait(10)
+        return retry_workflow(run, scope=ReadScope.ADMIN)
+
+    pool = ThreadPoolExecutor(max_workers=callers)
+    try:
+        outcomes = [
+            future.result(timeout=30)
+            for future in [pool.submit(_closing(retry)) for _ in range(callers)]
+        ]
+    finally:
+        pool.shutdown(wait=True)
+    assert sorted(outcome.disposition for outcome in outcomes) == ["existing"] * (callers - 1) + [
+        "inserted"
+    ]
+    assert len({outcome.run_id for outcome in outcomes}) == 1
+
+
+def test_retry_workflow__repeatable_read__refused(step_types: None) -> None:
+    from runledger_django import retry_workflow
+
+    flow = Workflow("retried")
+    flow.step("only", STEP_TYPE)
+    run = start_workflow(flow).run_id
+    cancel_workflow(run, scope=ReadScope.ADMIN)
+    transaction.set_autocommit(False)
+    try:
+        run_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(RunledgerError) as caught:
+            retry_workflow(run, scope=ReadScope.ADMIN)
+        assert caught.value.code == "workflow.recovery_unsupported_isolation"
+        transaction.rollback()
+    finally:
+        transaction.set_autocommit(True)

@@ -405,3 +405,21 @@ def test_run_lock_key__database_and_service_agree(step_types: None) -> None:
             {"id": run_id},
         )[0][0]
         assert folded == run_lock_key(run_id)
+
+
+def test_release__unclaimable_workflow_job__dead_lettered_step_failed_and_propagated(
+    step_types: None,
+) -> None:
+    """A step's job whose stored counter cannot be leased is dead-lettered by the claim's
+    fallback; its step fails with it and its dependents are decided in that transaction."""
+    flow = Workflow("poison")
+    first = flow.step("first", STEP_TYPE)
+    flow.step("then", STEP_TYPE, after=[first])
+    flow.step("always", STEP_TYPE, after=[first], when="terminal")
+    run = start_workflow(flow).run_id
+    job_id = WorkflowStep.objects.get(workflow_run_id=run, step_key="first").job_id
+    assert job_id is not None
+    run_sql("UPDATE runledger_job_queue SET attempt = 2147483646 WHERE id = %s", [job_id])
+    claim_jobs([STEP_TYPE], worker_id=WORKER, limit=1, lease_seconds=60)
+    assert Job.objects.get(id=job_id).status == "DEAD_LETTERED"
+    assert statuses(run) == {"first": "FAILED", "then": "CANCELED", "always": "ENQUEUED"}
