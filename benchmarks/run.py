@@ -45,6 +45,11 @@ SHAPES = {
     "n": ("observability: drain rate with tracing on against off", "benchmarks.shape_n"),
     "u": ("admin dashboard: chart queries at one million jobs", "benchmarks.shape_u"),
     "v": ("bulk producers: record_intents / enqueue_jobs vs loops and peers", "benchmarks.shape_v"),
+    "q": ("workflow graph starts: 10 to 600 steps, against the seed", "benchmarks.shape_q"),
+    "r": (
+        "workflow cost: 1,000-step fan-out/fan-in drain against plain jobs",
+        "benchmarks.shape_r",
+    ),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
     "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),

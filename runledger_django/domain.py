@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, asdict, dataclass
+from dataclasses import KW_ONLY, asdict, dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from django.db import models
@@ -370,6 +370,9 @@ class JobLease:
     run_number: int
     attempt: int
     worker_id: str
+    workflow_step_id: uuid.UUID | None = field(default=None, compare=False)
+    """The workflow step the job runs, as its claim read it (not part of the fence): a plain
+    job's completion is one statement, a workflow job's also releases its dependents."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -871,3 +874,76 @@ class QueueSampleReport:
         data = asdict(self)
         data["sampled_at"] = format_timestamp(self.sampled_at)
         return data
+
+
+# --- workflows (issue 19) ------------------------------------------------------------------
+
+
+class WorkflowRunStatus(models.TextChoices):
+    """A run's status, derived from its step counters at every transition (reference 2.2)."""
+
+    RUNNING = "RUNNING"
+    WAITING_FOR_EXTERNAL = "WAITING_FOR_EXTERNAL"
+    SUCCEEDED = "SUCCEEDED"
+    COMPLETED_WITH_ERRORS = "COMPLETED_WITH_ERRORS"
+    CANCELED = "CANCELED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in _TERMINAL_RUN_STATUSES
+
+
+_TERMINAL_RUN_STATUSES = frozenset(
+    {
+        WorkflowRunStatus.SUCCEEDED,
+        WorkflowRunStatus.COMPLETED_WITH_ERRORS,
+        WorkflowRunStatus.CANCELED,
+    }
+)
+
+
+class WorkflowStepStatus(models.TextChoices):
+    """A step's status. A JOB step stays ENQUEUED while its job is PENDING or LEASED: the claim
+    writes no step row (the seed's per-claim step UPDATE is one of its known costs, 3.16), so
+    whether it runs is read from its job."""
+
+    BLOCKED = "BLOCKED"
+    ENQUEUED = "ENQUEUED"
+    WAITING_FOR_EXTERNAL = "WAITING_FOR_EXTERNAL"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+
+
+class WorkflowStepKind(models.TextChoices):
+    JOB = "JOB"
+    EXTERNAL = "EXTERNAL"
+
+
+class WorkflowReleaseMode(models.TextChoices):
+    """An edge: ON_SUCCESS runs the dependent only after a success (else it is canceled);
+    ON_TERMINAL runs it whatever the prerequisite's outcome."""
+
+    ON_SUCCESS = "ON_SUCCESS"
+    ON_TERMINAL = "ON_TERMINAL"
+
+
+class WorkflowRecoveryMode(models.TextChoices):
+    FULL_REPLAY = "FULL_REPLAY"
+    """Every step runs again (the seed's only mode)."""
+    RESUME = "RESUME"
+    """Succeeded steps and their outputs are carried over; the rest run again."""
+
+
+WORKFLOW_TERMINAL_CHANNEL = "runledger_workflow_run_terminal"
+"""The channel a run's first terminal transition notifies, with {workflow_run_id, status}."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowStart:
+    """What ``start_workflow`` did: ``disposition`` is ``"inserted"``, ``"existing"`` (the same
+    idempotency key and graph) or ``"active"`` (the running run holding its active key)."""
+
+    run_id: uuid.UUID
+    status: WorkflowRunStatus
+    disposition: Literal["inserted", "existing", "active"]

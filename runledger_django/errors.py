@@ -121,6 +121,81 @@ class Code(StrEnum):
     COMPARE_AND_REPLAY_UNSUPPORTED_ISOLATION = "job.compare_and_replay_unsupported_isolation"
     # Bulk producers (issue 22).
     BATCH_TOO_LARGE = "job.batch_too_large"
+    # Workflows (issue 19).
+    WF_INVALID_DAG = "workflow.invalid_dag"
+    WF_INVALID_DAG_EMPTY = "workflow.invalid_dag_empty"
+    WF_INVALID_DAG_WORKFLOW_TYPE_BLANK = "workflow.invalid_dag_workflow_type_blank"
+    WF_INVALID_DAG_STEP_KEY_BLANK = "workflow.invalid_dag_step_key_blank"
+    WF_INVALID_DAG_JOB_TYPE_BLANK = "workflow.invalid_dag_job_type_blank"
+    WF_INVALID_DAG_IDEMPOTENCY_KEY_BLANK = "workflow.invalid_dag_idempotency_key_blank"
+    WF_INVALID_DAG_STEP_MAX_ATTEMPTS_NON_POSITIVE = (
+        "workflow.invalid_dag_step_max_attempts_non_positive"
+    )
+    WF_INVALID_DAG_STEP_TIMEOUT_SECONDS_NON_POSITIVE = (
+        "workflow.invalid_dag_step_timeout_seconds_non_positive"
+    )
+    WF_INVALID_DAG_STEP_PRIORITY = "workflow.invalid_dag_step_priority"
+    WF_INVALID_DAG_STEP_RESOURCE_KEY = "workflow.invalid_dag_step_resource_key"
+    WF_INVALID_DAG_STEP_PAYLOAD = "workflow.invalid_dag_step_payload"
+    WF_INVALID_DAG_EXTERNAL_STEP_JOB_TYPE_NOT_ALLOWED = (
+        "workflow.invalid_dag_external_step_job_type_not_allowed"
+    )
+    WF_INVALID_DAG_EXTERNAL_STEP_QUEUE_SETTINGS_NOT_ALLOWED = (
+        "workflow.invalid_dag_external_step_queue_settings_not_allowed"
+    )
+    WF_INVALID_DAG_DEPENDENCY_STEP_KEY_BLANK = "workflow.invalid_dag_dependency_step_key_blank"
+    WF_INVALID_DAG_DUPLICATE_STEP_KEY = "workflow.invalid_dag_duplicate_step_key"
+    WF_INVALID_DAG_MISSING_DEPENDENCY = "workflow.invalid_dag_missing_dependency"
+    WF_INVALID_DAG_SELF_DEPENDENCY = "workflow.invalid_dag_self_dependency"
+    WF_INVALID_DAG_DUPLICATE_DEPENDENCY = "workflow.invalid_dag_duplicate_dependency"
+    WF_INVALID_DAG_CYCLE = "workflow.invalid_dag_cycle"
+    WF_INVALID_DAG_DEPENDENCY_COUNT_OVERFLOW = "workflow.invalid_dag_dependency_count_overflow"
+    WF_INVALID_DAG_RELEASE_MODE = "workflow.invalid_dag_release_mode"
+    WF_INVALID_ACTIVE_KEY = "workflow.invalid_active_key"
+    WF_DEFINITION_NOT_FOUND_OR_DISABLED = "workflow.definition_not_found_or_disabled"
+    WF_ENQUEUE_CONFLICTING_RETRY = "workflow.enqueue_conflicting_retry"
+    WF_LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING = "workflow.legacy_idempotency_snapshot_missing"
+    WF_ENQUEUE_IDEMPOTENCY_UNSUPPORTED_ISOLATION = (
+        "workflow.enqueue_idempotency_unsupported_isolation"
+    )
+    WF_INTERNAL_STATE = "workflow.internal_state"
+    WF_RELEASE_CONFLICT = "workflow.release_conflict"
+    WF_RUN_NOT_FOUND = "workflow.run_not_found"
+    WF_TERMINAL_COMPLETION_UNSUPPORTED_ISOLATION = (
+        "workflow.terminal_completion_unsupported_isolation"
+    )
+    WF_CANCEL_UNSUPPORTED_ISOLATION = "workflow.cancel_unsupported_isolation"
+    WF_EXTERNAL_COMPLETION_UNSUPPORTED_ISOLATION = (
+        "workflow.external_completion_unsupported_isolation"
+    )
+    WF_EXTERNAL_STEP_NOT_FOUND = "workflow.external_step_not_found"
+    WF_EXTERNAL_STEP_NOT_EXTERNAL = "workflow.external_step_not_external"
+    WF_EXTERNAL_STEP_NOT_WAITING = "workflow.external_step_not_waiting"
+    WF_EXTERNAL_STEP_INVALID_TERMINAL_STATUS = "workflow.external_step_invalid_terminal_status"
+    WF_EXTERNAL_STEP_OUTPUT_INVALID_STATUS = "workflow.external_step_output_invalid_status"
+    WF_EXTERNAL_STEP_CONFLICTING_COMPLETION_RETRY = (
+        "workflow.external_step_conflicting_completion_retry"
+    )
+    WF_EXTERNAL_STEP_CONFLICTING_OUTPUT_RETRY = "workflow.external_step_conflicting_output_retry"
+    WF_DEPENDENCY_UNSATISFIED = "workflow.dependency_unsatisfied"
+    WF_RETRY_SOURCE_NOT_TERMINAL = "workflow.recovery_source_not_terminal"
+    WF_RECOVERY_UNSUPPORTED_ISOLATION = "workflow.recovery_unsupported_isolation"
+    WF_RECOVERY_ACTIVE_CONSTRAINT = "workflow.recovery_active_constraint"
+    WF_INVALID_RECOVERY_REQUEST_KEY = "workflow.invalid_recovery_request_key"
+    WF_RECOVERY_REQUEST_CONFLICT = "workflow.recovery_request_conflict"
+    WF_RESULT_NOT_DECLARED = "workflow.result_not_declared"
+    WF_RESULT_MISSING = "workflow.result_missing"
+    WF_RESULT_UNSUCCESSFUL_TERMINAL = "workflow.result_unsuccessful_terminal"
+    WF_RESULT_WAIT_TIMEOUT = "workflow.result_wait_timeout"
+    WF_REQUEUE_NOT_SUPPORTED = "job.workflow_requeue_not_supported"
+    WF_HANDLER_CONTINUATION_NOT_ENABLED = "job.workflow_handler_continuation_not_enabled"
+    WF_APPEND_MUTATION_KEY_BLANK = "workflow.append_mutation_key_blank"
+    WF_APPEND_CONFLICTING_RETRY = "workflow.append_conflicting_retry"
+    WF_APPEND_WINDOW_MISSING = "workflow.append_window_missing"
+    WF_APPEND_WINDOW_NOT_EXTERNAL = "workflow.append_window_not_external"
+    WF_APPEND_WINDOW_NOT_OPEN = "workflow.append_window_not_open"
+    WF_APPEND_TERMINAL_RUN = "workflow.append_terminal_run"
+    WF_APPEND_UNSUPPORTED_ISOLATION = "workflow.append_unsupported_isolation"
 
 
 _V = ErrorCategory.VALIDATION
@@ -339,6 +414,163 @@ CATALOG: dict[Code, tuple[ErrorCategory, str]] = {
         "Job replay requires READ COMMITTED transaction isolation.",
     ),
     Code.BATCH_TOO_LARGE: (_V, "A batch must hold at most 10,000 requests and 64 MiB of JSON."),
+    Code.WF_INVALID_DAG: (_V, "Workflow graph is invalid."),
+    Code.WF_INVALID_DAG_EMPTY: (_V, "Workflow must have at least one step."),
+    Code.WF_INVALID_DAG_WORKFLOW_TYPE_BLANK: (
+        _V,
+        "Workflow type must be non-blank text of at most 255 bytes.",
+    ),
+    Code.WF_INVALID_DAG_STEP_KEY_BLANK: (
+        _V,
+        "Workflow step key must be non-blank text of at most 255 bytes.",
+    ),
+    Code.WF_INVALID_DAG_JOB_TYPE_BLANK: (
+        _V,
+        "Workflow job step needs a job type or a runledger Task.",
+    ),
+    Code.WF_INVALID_DAG_IDEMPOTENCY_KEY_BLANK: (
+        _V,
+        "Workflow idempotency key must be non-blank text of at most 1,024 bytes.",
+    ),
+    Code.WF_INVALID_DAG_STEP_MAX_ATTEMPTS_NON_POSITIVE: (
+        _V,
+        "Workflow step max attempts must be a positive 32-bit integer.",
+    ),
+    Code.WF_INVALID_DAG_STEP_TIMEOUT_SECONDS_NON_POSITIVE: (
+        _V,
+        "Workflow step timeout must be a positive 32-bit number of seconds.",
+    ),
+    Code.WF_INVALID_DAG_STEP_PRIORITY: (_V, "Workflow step priority must be a 32-bit integer."),
+    Code.WF_INVALID_DAG_STEP_RESOURCE_KEY: (
+        _V,
+        "Workflow step execution resource key must be non-blank text of at most 512 bytes.",
+    ),
+    Code.WF_INVALID_DAG_STEP_PAYLOAD: (
+        _V,
+        "Workflow step payload must be JSON-native data that PostgreSQL can store.",
+    ),
+    Code.WF_INVALID_DAG_EXTERNAL_STEP_JOB_TYPE_NOT_ALLOWED: (
+        _V,
+        "External workflow step cannot have a job type.",
+    ),
+    Code.WF_INVALID_DAG_EXTERNAL_STEP_QUEUE_SETTINGS_NOT_ALLOWED: (
+        _V,
+        "External workflow step cannot have queue settings.",
+    ),
+    Code.WF_INVALID_DAG_DEPENDENCY_STEP_KEY_BLANK: (_V, "Workflow dependency must name a step."),
+    Code.WF_INVALID_DAG_DUPLICATE_STEP_KEY: (_V, "Workflow step keys must be unique."),
+    Code.WF_INVALID_DAG_MISSING_DEPENDENCY: (
+        _V,
+        "Workflow dependency names a step that does not exist.",
+    ),
+    Code.WF_INVALID_DAG_SELF_DEPENDENCY: (_V, "Workflow step cannot depend on itself."),
+    Code.WF_INVALID_DAG_DUPLICATE_DEPENDENCY: (_V, "Workflow step lists a dependency twice."),
+    Code.WF_INVALID_DAG_CYCLE: (_V, "Workflow graph must not contain a cycle."),
+    Code.WF_INVALID_DAG_DEPENDENCY_COUNT_OVERFLOW: (_V, "Workflow graph is too large."),
+    Code.WF_INVALID_DAG_RELEASE_MODE: (_V, "Workflow dependency mode must be success or terminal."),
+    Code.WF_INVALID_ACTIVE_KEY: (
+        _V,
+        "Workflow active key must be non-blank text of at most 512 bytes.",
+    ),
+    Code.WF_DEFINITION_NOT_FOUND_OR_DISABLED: (
+        _V,
+        "Every job step of a workflow requires an enabled job definition.",
+    ),
+    Code.WF_ENQUEUE_CONFLICTING_RETRY: (
+        _C,
+        "Workflow idempotency key was already used with a different request.",
+    ),
+    Code.WF_LEGACY_IDEMPOTENCY_SNAPSHOT_MISSING: (
+        _C,
+        "Existing workflow run has no stored request to compare.",
+    ),
+    Code.WF_ENQUEUE_IDEMPOTENCY_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Keyed workflow starts require READ COMMITTED isolation.",
+    ),
+    Code.WF_INTERNAL_STATE: (_I, "Workflow state is inconsistent."),
+    Code.WF_RELEASE_CONFLICT: (_C, "Workflow run is being changed by another operation; retry."),
+    Code.WF_RUN_NOT_FOUND: (_V, "Workflow run does not exist."),
+    Code.WF_TERMINAL_COMPLETION_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Workflow job completion requires READ COMMITTED isolation.",
+    ),
+    Code.WF_CANCEL_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Workflow cancellation requires READ COMMITTED isolation.",
+    ),
+    Code.WF_EXTERNAL_COMPLETION_UNSUPPORTED_ISOLATION: (
+        _V,
+        "External step completion requires READ COMMITTED isolation.",
+    ),
+    Code.WF_EXTERNAL_STEP_NOT_FOUND: (_V, "Workflow step does not exist."),
+    Code.WF_EXTERNAL_STEP_NOT_EXTERNAL: (_V, "Workflow step is not an external step."),
+    Code.WF_EXTERNAL_STEP_NOT_WAITING: (
+        _C,
+        "External workflow step is not waiting for completion.",
+    ),
+    Code.WF_EXTERNAL_STEP_INVALID_TERMINAL_STATUS: (
+        _V,
+        "External step outcome must be SUCCEEDED, FAILED or CANCELED.",
+    ),
+    Code.WF_EXTERNAL_STEP_OUTPUT_INVALID_STATUS: (
+        _V,
+        "Only a SUCCEEDED external step can carry an output.",
+    ),
+    Code.WF_EXTERNAL_STEP_CONFLICTING_COMPLETION_RETRY: (
+        _C,
+        "External step was already completed with another outcome.",
+    ),
+    Code.WF_EXTERNAL_STEP_CONFLICTING_OUTPUT_RETRY: (
+        _C,
+        "External step was already completed with another output.",
+    ),
+    Code.WF_DEPENDENCY_UNSATISFIED: (
+        _C,
+        "Workflow step was canceled because a prerequisite did not succeed.",
+    ),
+    Code.WF_RETRY_SOURCE_NOT_TERMINAL: (_C, "Only a finished workflow run can be retried."),
+    Code.WF_RECOVERY_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Workflow retry requires READ COMMITTED isolation.",
+    ),
+    Code.WF_RECOVERY_ACTIVE_CONSTRAINT: (_C, "Workflow active key is held by another run."),
+    Code.WF_INVALID_RECOVERY_REQUEST_KEY: (
+        _V,
+        "Workflow retry request key must be non-blank text of at most 512 bytes.",
+    ),
+    Code.WF_RECOVERY_REQUEST_CONFLICT: (
+        _C,
+        "Workflow retry request key was already used differently.",
+    ),
+    Code.WF_RESULT_NOT_DECLARED: (_V, "Workflow run declares no result step."),
+    Code.WF_RESULT_MISSING: (_C, "Workflow run succeeded without a result."),
+    Code.WF_RESULT_UNSUCCESSFUL_TERMINAL: (_C, "Workflow run finished without succeeding."),
+    Code.WF_RESULT_WAIT_TIMEOUT: (_C, "Workflow run did not finish in time."),
+    Code.WF_REQUEUE_NOT_SUPPORTED: (
+        _C,
+        "A workflow job is retried through its workflow, not requeued or replayed.",
+    ),
+    Code.WF_HANDLER_CONTINUATION_NOT_ENABLED: (
+        _C,
+        "This workflow step does not allow handler continuation.",
+    ),
+    Code.WF_APPEND_MUTATION_KEY_BLANK: (
+        _V,
+        "Workflow append mutation key must be non-blank text of at most 512 bytes.",
+    ),
+    Code.WF_APPEND_CONFLICTING_RETRY: (
+        _C,
+        "Workflow append mutation key was already used with different steps.",
+    ),
+    Code.WF_APPEND_WINDOW_MISSING: (_V, "Workflow append window step does not exist."),
+    Code.WF_APPEND_WINDOW_NOT_EXTERNAL: (_V, "Workflow append window must be an external step."),
+    Code.WF_APPEND_WINDOW_NOT_OPEN: (_C, "Workflow append window is not open."),
+    Code.WF_APPEND_TERMINAL_RUN: (_C, "Steps cannot be appended to a finished workflow run."),
+    Code.WF_APPEND_UNSUPPORTED_ISOLATION: (
+        _V,
+        "Workflow appends require READ COMMITTED isolation.",
+    ),
 }
 
 # A persisted row that fails to decode is the server's fault, not the caller's: the same codes

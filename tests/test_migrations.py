@@ -32,6 +32,12 @@ from runledger_django.models import (
     QueueSample,
     ScheduleFire,
     WorkerRecord,
+    WorkflowActiveClaim,
+    WorkflowRecovery,
+    WorkflowRun,
+    WorkflowRunMutation,
+    WorkflowStep,
+    WorkflowStepDependency,
 )
 from runledger_django.validation import WHITESPACE, is_blank
 from tests.conftest import TEST_JOB_TYPE, insert_raw_intent
@@ -652,7 +658,7 @@ CONTRACT_INDEXES.update(
     }
 )
 
-# --- queue control (migration 0014) ----------------------------------------------------------
+# --- queue control (migration 0015) ----------------------------------------------------------
 
 TABLES = sorted([*TABLES, "runledger_job_rate_limits"])
 COLUMNS["runledger_job_definitions"].update(
@@ -667,7 +673,7 @@ COLUMNS["runledger_job_definitions"].update(
 )
 COLUMNS["runledger_job_rate_limits"] = {
     "job_type": ("text", True, None),
-    # Not in the model (migration 0014 adds it with RunSQL): only the claim statements use it.
+    # Not in the model (migration 0015 adds it with RunSQL): only the claim statements use it.
     "recent_starts": ("timestamp with time zone[]", True, "'{}'::timestamp with time zone[]"),
 }
 CONSTRAINTS.update(
@@ -746,6 +752,306 @@ CONTRACT_INDEXES.update(
         "idx_queue_samples_sampled_at": "CREATE INDEX idx_queue_samples_sampled_at ON public.runledger_queue_samples USING btree (sampled_at, id)",
         "uq_queue_samples_total_minute": "CREATE UNIQUE INDEX uq_queue_samples_total_minute ON public.runledger_queue_samples USING btree (sampled_at) INCLUDE (due_count, scheduled_count, leased_count, oldest_due_age_seconds) WHERE (job_type IS NULL)",
         "uq_queue_samples_type_minute": "CREATE UNIQUE INDEX uq_queue_samples_type_minute ON public.runledger_queue_samples USING btree (job_type, sampled_at) INCLUDE (due_count, scheduled_count, leased_count, oldest_due_age_seconds) WHERE (job_type IS NOT NULL)",
+    }
+)
+
+
+# --- workflows (migration 0014) ------------------------------------------------------------
+
+WORKFLOW_TABLES = [
+    "runledger_workflow_active_claims",
+    "runledger_workflow_recoveries",
+    "runledger_workflow_run_mutations",
+    "runledger_workflow_runs",
+    "runledger_workflow_step_dependencies",
+    "runledger_workflow_steps",
+]
+TABLES = sorted([*TABLES, *WORKFLOW_TABLES])
+COLUMNS["runledger_job_queue"]["workflow_step_id"] = ("uuid", False, None)
+COLUMNS.update(
+    {
+        "runledger_workflow_active_claims": {
+            "active_key": ("text", True, None),
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "release_pending": ("boolean", True, "false"),
+            "scope": ("text", True, None),
+            "workflow_run_id": ("uuid", True, None),
+        },
+        "runledger_workflow_recoveries": {
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "mode": ("text", True, None),
+            "reason": ("text", True, None),
+            "recovery_run_id": ("uuid", True, None),
+            "request_key": ("text", True, None),
+            "source_run_id": ("uuid", True, None),
+            "source_step_id": ("uuid", False, None),
+        },
+        "runledger_workflow_run_mutations": {
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "id": ("bigint", True, None),
+            "metadata": ("jsonb", True, "'{}'::jsonb"),
+            "mutation_key": ("text", True, None),
+            "mutation_kind": ("text", True, "'APPEND_STEPS'::text"),
+            "request": ("jsonb", True, None),
+            "step_ids": ("jsonb", True, "'[]'::jsonb"),
+            "workflow_run_id": ("uuid", True, None),
+        },
+        "runledger_workflow_runs": {
+            "active_key": ("text", False, None),
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "enqueue_request": ("jsonb", False, None),
+            "fail_fast": ("boolean", True, "false"),
+            "finished_at": ("timestamp with time zone", False, None),
+            "id": ("uuid", True, "runledger_uuidv7()"),
+            "idempotency_key": ("text", False, None),
+            "metadata": ("jsonb", True, "'{}'::jsonb"),
+            "organization_id": ("uuid", False, None),
+            "result": ("jsonb", False, None),
+            "result_step_key": ("text", False, None),
+            "started_at": ("timestamp with time zone", True, "now()"),
+            "status": ("text", True, "'RUNNING'::text"),
+            "steps_canceled": ("integer", True, "0"),
+            "steps_failed": ("integer", True, "0"),
+            "steps_succeeded": ("integer", True, "0"),
+            "steps_total": ("integer", True, "0"),
+            "steps_waiting": ("integer", True, "0"),
+            "updated_at": ("timestamp with time zone", True, "now()"),
+            "workflow_type": ("text", True, None),
+        },
+        "runledger_workflow_step_dependencies": {
+            "dependent_step_id": ("uuid", True, None),
+            "id": ("bigint", True, None),
+            "prerequisite_step_id": ("uuid", True, None),
+            "release_mode": ("text", True, "'ON_SUCCESS'::text"),
+            "workflow_run_id": ("uuid", True, None),
+        },
+        "runledger_workflow_steps": {
+            "allow_handler_continuation": ("boolean", True, "false"),
+            "created_at": ("timestamp with time zone", True, "now()"),
+            "dependency_count_pending": ("integer", True, "0"),
+            "dependency_count_total": ("integer", True, "0"),
+            "dependency_count_unsatisfied": ("integer", True, "0"),
+            "execution_kind": ("text", True, None),
+            "execution_resource_key": ("text", False, None),
+            "finished_at": ("timestamp with time zone", False, None),
+            "id": ("uuid", True, "runledger_uuidv7()"),
+            "job_id": ("uuid", False, None),
+            "job_type": ("text", False, None),
+            "last_error_code": ("text", False, None),
+            "last_error_message": ("text", False, None),
+            "max_attempts": ("integer", False, None),
+            "organization_id": ("uuid", False, None),
+            "output": ("jsonb", False, None),
+            "payload": ("jsonb", False, None),
+            "priority": ("integer", False, None),
+            "released_at": ("timestamp with time zone", False, None),
+            "stage": ("text", False, None),
+            "status": ("text", True, "'BLOCKED'::text"),
+            "status_reason": ("text", False, None),
+            "step_key": ("text", True, None),
+            "timeout_seconds": ("integer", False, None),
+            "updated_at": ("timestamp with time zone", True, "now()"),
+            "workflow_run_id": ("uuid", True, None),
+        },
+    }
+)
+CONSTRAINTS.update(
+    {
+        "chk_workflow_active_claims_key": (
+            "runledger_workflow_active_claims",
+            "CHECK (((active_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text) AND (octet_length(active_key) <= 512)))",
+        ),
+        "chk_workflow_mutations_key_not_blank": (
+            "runledger_workflow_run_mutations",
+            "CHECK ((mutation_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text))",
+        ),
+        "chk_workflow_recoveries_mode": (
+            "runledger_workflow_recoveries",
+            "CHECK ((mode = ANY (ARRAY['FULL_REPLAY'::text, 'RESUME'::text])))",
+        ),
+        "chk_workflow_recoveries_reason": (
+            "runledger_workflow_recoveries",
+            "CHECK ((reason ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text))",
+        ),
+        "chk_workflow_recoveries_request_key": (
+            "runledger_workflow_recoveries",
+            "CHECK (((request_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text) AND (octet_length(request_key) <= 512)))",
+        ),
+        "chk_workflow_run_mutations_kind": (
+            "runledger_workflow_run_mutations",
+            "CHECK ((mutation_kind = 'APPEND_STEPS'::text))",
+        ),
+        "chk_workflow_runs_active_key_not_blank": (
+            "runledger_workflow_runs",
+            "CHECK (((active_key IS NULL) OR ((active_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text) AND (octet_length(active_key) <= 512))))",
+        ),
+        "chk_workflow_runs_counters": (
+            "runledger_workflow_runs",
+            "CHECK (((steps_waiting >= 0) AND (steps_succeeded >= 0) AND (steps_failed >= 0) AND (steps_canceled >= 0) AND (steps_total >= (((steps_waiting + steps_succeeded) + steps_failed) + steps_canceled))))",
+        ),
+        "chk_workflow_runs_finished": (
+            "runledger_workflow_runs",
+            "CHECK (((status = ANY (ARRAY['SUCCEEDED'::text, 'COMPLETED_WITH_ERRORS'::text, 'CANCELED'::text])) = (finished_at IS NOT NULL)))",
+        ),
+        "chk_workflow_runs_idempotency_not_blank": (
+            "runledger_workflow_runs",
+            "CHECK (((idempotency_key IS NULL) OR (idempotency_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text)))",
+        ),
+        "chk_workflow_runs_idempotency_request": (
+            "runledger_workflow_runs",
+            "CHECK (((idempotency_key IS NULL) OR (enqueue_request IS NOT NULL)))",
+        ),
+        "chk_workflow_runs_status": (
+            "runledger_workflow_runs",
+            "CHECK ((status = ANY (ARRAY['RUNNING'::text, 'WAITING_FOR_EXTERNAL'::text, 'SUCCEEDED'::text, 'COMPLETED_WITH_ERRORS'::text, 'CANCELED'::text])))",
+        ),
+        "chk_workflow_runs_type_not_blank": (
+            "runledger_workflow_runs",
+            "CHECK ((workflow_type ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text))",
+        ),
+        "chk_workflow_step_dependencies_mode": (
+            "runledger_workflow_step_dependencies",
+            "CHECK ((release_mode = ANY (ARRAY['ON_SUCCESS'::text, 'ON_TERMINAL'::text])))",
+        ),
+        "chk_workflow_step_dependencies_no_self": (
+            "runledger_workflow_step_dependencies",
+            "CHECK ((NOT (prerequisite_step_id = dependent_step_id)))",
+        ),
+        "chk_workflow_steps_counters": (
+            "runledger_workflow_steps",
+            "CHECK (((dependency_count_pending >= 0) AND (dependency_count_pending <= dependency_count_total) AND (dependency_count_unsatisfied >= 0) AND (dependency_count_unsatisfied <= dependency_count_total)))",
+        ),
+        "chk_workflow_steps_key_not_blank": (
+            "runledger_workflow_steps",
+            "CHECK ((step_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text))",
+        ),
+        "chk_workflow_steps_kind": (
+            "runledger_workflow_steps",
+            "CHECK ((execution_kind = ANY (ARRAY['JOB'::text, 'EXTERNAL'::text])))",
+        ),
+        "chk_workflow_steps_resource_key": (
+            "runledger_workflow_steps",
+            "CHECK (((execution_resource_key IS NULL) OR ((execution_resource_key ~ '[^\t-\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]'::text) AND (octet_length(execution_resource_key) <= 512))))",
+        ),
+        "chk_workflow_steps_shape": (
+            "runledger_workflow_steps",
+            "CHECK ((((execution_kind = 'JOB'::text) AND (job_type IS NOT NULL) AND (max_attempts IS NOT NULL) AND (priority IS NOT NULL) AND (stage IS NOT NULL) AND (timeout_seconds IS NOT NULL)) OR ((NOT allow_handler_continuation) AND (execution_kind = 'EXTERNAL'::text) AND (job_id IS NULL) AND (job_type IS NULL) AND (max_attempts IS NULL) AND (priority IS NULL) AND (stage IS NULL) AND (timeout_seconds IS NULL))))",
+        ),
+        "chk_workflow_steps_status": (
+            "runledger_workflow_steps",
+            "CHECK ((status = ANY (ARRAY['BLOCKED'::text, 'ENQUEUED'::text, 'WAITING_FOR_EXTERNAL'::text, 'SUCCEEDED'::text, 'FAILED'::text, 'CANCELED'::text])))",
+        ),
+        "fk_job_queue_workflow_step": (
+            "runledger_job_queue",
+            "FOREIGN KEY (workflow_step_id) REFERENCES runledger_workflow_steps(id) ON DELETE SET NULL",
+        ),
+        "fk_workflow_active_claims_run": (
+            "runledger_workflow_active_claims",
+            "FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs(id) ON DELETE CASCADE",
+        ),
+        "fk_workflow_edges_dependent": (
+            "runledger_workflow_step_dependencies",
+            "FOREIGN KEY (workflow_run_id, dependent_step_id) REFERENCES runledger_workflow_steps(workflow_run_id, id) ON DELETE CASCADE",
+        ),
+        "fk_workflow_edges_prerequisite": (
+            "runledger_workflow_step_dependencies",
+            "FOREIGN KEY (workflow_run_id, prerequisite_step_id) REFERENCES runledger_workflow_steps(workflow_run_id, id) ON DELETE CASCADE",
+        ),
+        "fk_workflow_mutations_run": (
+            "runledger_workflow_run_mutations",
+            "FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs(id) ON DELETE CASCADE",
+        ),
+        "fk_workflow_recoveries_recovery_run": (
+            "runledger_workflow_recoveries",
+            "FOREIGN KEY (recovery_run_id) REFERENCES runledger_workflow_runs(id)",
+        ),
+        "fk_workflow_recoveries_source_run": (
+            "runledger_workflow_recoveries",
+            "FOREIGN KEY (source_run_id) REFERENCES runledger_workflow_runs(id) ON DELETE CASCADE",
+        ),
+        "fk_workflow_recoveries_source_step": (
+            "runledger_workflow_recoveries",
+            "FOREIGN KEY (source_step_id) REFERENCES runledger_workflow_steps(id) ON DELETE SET NULL",
+        ),
+        "fk_workflow_steps_job": (
+            "runledger_workflow_steps",
+            "FOREIGN KEY (job_id) REFERENCES runledger_job_queue(id) ON DELETE SET NULL",
+        ),
+        "fk_workflow_steps_run": (
+            "runledger_workflow_steps",
+            "FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs(id) ON DELETE CASCADE",
+        ),
+        "runledger_workflow_active_claims_pkey": (
+            "runledger_workflow_active_claims",
+            "PRIMARY KEY (workflow_run_id)",
+        ),
+        "runledger_workflow_recoveries_pkey": (
+            "runledger_workflow_recoveries",
+            "PRIMARY KEY (recovery_run_id)",
+        ),
+        "runledger_workflow_run_mutations_pkey": (
+            "runledger_workflow_run_mutations",
+            "PRIMARY KEY (id)",
+        ),
+        "runledger_workflow_runs_pkey": (
+            "runledger_workflow_runs",
+            "PRIMARY KEY (id)",
+        ),
+        "runledger_workflow_step_dependencies_pkey": (
+            "runledger_workflow_step_dependencies",
+            "PRIMARY KEY (id)",
+        ),
+        "runledger_workflow_steps_job_id_key": (
+            "runledger_workflow_steps",
+            "UNIQUE (job_id)",
+        ),
+        "runledger_workflow_steps_pkey": (
+            "runledger_workflow_steps",
+            "PRIMARY KEY (id)",
+        ),
+        "uq_workflow_active_claims_scope_key": (
+            "runledger_workflow_active_claims",
+            "UNIQUE (scope, active_key)",
+        ),
+        "uq_workflow_recoveries_request_key": (
+            "runledger_workflow_recoveries",
+            "UNIQUE (source_run_id, request_key)",
+        ),
+        "uq_workflow_run_mutations_key": (
+            "runledger_workflow_run_mutations",
+            "UNIQUE (workflow_run_id, mutation_key)",
+        ),
+        "uq_workflow_step_dependencies_edge": (
+            "runledger_workflow_step_dependencies",
+            "UNIQUE (prerequisite_step_id, dependent_step_id)",
+        ),
+        "uq_workflow_steps_run_id": (
+            "runledger_workflow_steps",
+            "UNIQUE (workflow_run_id, id)",
+        ),
+        "uq_workflow_steps_run_step_key": (
+            "runledger_workflow_steps",
+            "UNIQUE (workflow_run_id, step_key)",
+        ),
+    }
+)
+CONTRACT_INDEXES.update(
+    {
+        "idx_job_queue_workflow_step": "CREATE INDEX idx_job_queue_workflow_step ON public.runledger_job_queue USING btree (workflow_step_id) WHERE (workflow_step_id IS NOT NULL)",
+        "idx_workflow_edges_dependent": "CREATE INDEX idx_workflow_edges_dependent ON public.runledger_workflow_step_dependencies USING btree (dependent_step_id)",
+        "idx_workflow_recoveries_source": "CREATE INDEX idx_workflow_recoveries_source ON public.runledger_workflow_recoveries USING btree (source_run_id)",
+        "idx_workflow_runs_created": "CREATE INDEX idx_workflow_runs_created ON public.runledger_workflow_runs USING btree (created_at DESC, id DESC)",
+        "idx_workflow_runs_organization": "CREATE INDEX idx_workflow_runs_organization ON public.runledger_workflow_runs USING btree (organization_id, created_at DESC) WHERE (organization_id IS NOT NULL)",
+        "idx_workflow_runs_status": "CREATE INDEX idx_workflow_runs_status ON public.runledger_workflow_runs USING btree (status, created_at DESC)",
+        "idx_workflow_runs_type": "CREATE INDEX idx_workflow_runs_type ON public.runledger_workflow_runs USING btree (workflow_type, created_at DESC)",
+        "uq_workflow_active_claims_scope_key": "CREATE UNIQUE INDEX uq_workflow_active_claims_scope_key ON public.runledger_workflow_active_claims USING btree (scope, active_key)",
+        "uq_workflow_recoveries_request_key": "CREATE UNIQUE INDEX uq_workflow_recoveries_request_key ON public.runledger_workflow_recoveries USING btree (source_run_id, request_key)",
+        "uq_workflow_run_mutations_key": "CREATE UNIQUE INDEX uq_workflow_run_mutations_key ON public.runledger_workflow_run_mutations USING btree (workflow_run_id, mutation_key)",
+        "uq_workflow_runs_global_idempotency": "CREATE UNIQUE INDEX uq_workflow_runs_global_idempotency ON public.runledger_workflow_runs USING btree (workflow_type, idempotency_key) WHERE ((idempotency_key IS NOT NULL) AND (organization_id IS NULL))",
+        "uq_workflow_runs_org_idempotency": "CREATE UNIQUE INDEX uq_workflow_runs_org_idempotency ON public.runledger_workflow_runs USING btree (workflow_type, organization_id, idempotency_key) WHERE ((idempotency_key IS NOT NULL) AND (organization_id IS NOT NULL))",
+        "uq_workflow_step_dependencies_edge": "CREATE UNIQUE INDEX uq_workflow_step_dependencies_edge ON public.runledger_workflow_step_dependencies USING btree (prerequisite_step_id, dependent_step_id)",
+        "uq_workflow_steps_run_id": "CREATE UNIQUE INDEX uq_workflow_steps_run_id ON public.runledger_workflow_steps USING btree (workflow_run_id, id)",
+        "uq_workflow_steps_run_step_key": "CREATE UNIQUE INDEX uq_workflow_steps_run_step_key ON public.runledger_workflow_steps USING btree (workflow_run_id, step_key)",
     }
 )
 
@@ -878,6 +1184,12 @@ def test_models__cover_every_column() -> None:
         WorkerRecord,
         QueueSample,
         JobRateLimitState,
+        WorkflowRun,
+        WorkflowStep,
+        WorkflowStepDependency,
+        WorkflowRunMutation,
+        WorkflowActiveClaim,
+        WorkflowRecovery,
     ):
         table = model._meta.db_table
         columns = {field.column for field in model._meta.concrete_fields}
@@ -918,6 +1230,13 @@ def test_constraints__every_check_and_key_by_name() -> None:
         ("fk_job_schedules_job_type", "r"),
         ("fk_schedule_fires_schedule", "c"),
         ("fk_schedule_fires_job", "n"),
+        ("fk_workflow_steps_run", "c"),
+        ("fk_workflow_steps_job", "n"),
+        ("fk_job_queue_workflow_step", "n"),
+        ("fk_workflow_edges_prerequisite", "c"),
+        ("fk_workflow_edges_dependent", "c"),
+        ("fk_workflow_recoveries_recovery_run", "a"),
+        ("fk_workflow_recoveries_source_run", "c"),
     ],
 )
 def test_foreign_keys__immediate_with_database_action(name: str, action: str) -> None:

@@ -77,7 +77,7 @@ leased AS (
     RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
               job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
               job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
-              job.trace_context
+              job.trace_context, job.workflow_step_id
 ),
 attempt_row AS (
     INSERT INTO runledger_job_attempts (
@@ -128,7 +128,7 @@ _FAST_CANDIDATE: Final[LiteralString] = (
 )
 _CLAIMED_COLUMNS: Final[LiteralString] = """id, run_number, attempt, job_type, organization_id,
        payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
-       due_at, trace_context"""
+       due_at, trace_context, workflow_step_id"""
 _FAST_RESULT: Final[LiteralString] = (
     "SELECT "
     + _CLAIMED_COLUMNS
@@ -138,11 +138,11 @@ FROM (
            payload::text AS payload, max_attempts, timeout_seconds,
            checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
            next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
-           trace_context::text AS trace_context
+           trace_context::text AS trace_context, workflow_step_id
     FROM leased
     UNION ALL
     SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL
+           NULL, NULL, NULL, NULL
     FROM claim_type WHERE NOT open
 ) claimed
 ORDER BY part, priority DESC, next_run_at, created_at, id"""
@@ -167,7 +167,7 @@ CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_jo
 
 # --- claims of limited job types (docs/queue-control.md) -------------------------------------
 
-# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0014,
+# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0015,
 # planned once per session. It takes a transaction-scoped advisory lock per limited type (the
 # two-key form: this key space, the type's hash), skipping a type another claimer holds; then,
 # in a later query of the same transaction (whose snapshot sees every claim the lock's previous
@@ -183,7 +183,7 @@ LIMIT_LOCK_SPACE: Final[int] = 1920298605
 CLAIM_LIMITED_JOBS: Final[LiteralString] = """
 SELECT /* runledger:claim_limited_jobs */ id, run_number, attempt, job_type, organization_id,
        payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at, due_at,
-       trace_context
+       trace_context, workflow_step_id
 FROM runledger_claim_limited(%(job_types)s::text[], %(limit)s, %(head_window)s,
                              %(worker_id)s, %(lease_seconds)s, %(limit_lock_space)s)
 """
@@ -241,7 +241,7 @@ WITH moved AS (
         last_error_message = %(message)s
     WHERE job.id = %(job_id)s AND job.status = 'PENDING'
     RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
-              job.progress_total
+              job.progress_total, job.workflow_step_id
 ),
 event AS (
     INSERT INTO runledger_job_events (
@@ -253,7 +253,7 @@ event AS (
                               'reason', 'FAILURE_KIND_NON_RETRYABLE')
     FROM moved
 )
-SELECT id FROM moved
+SELECT id, workflow_step_id FROM moved
 """
 
 # --- the lease fence ------------------------------------------------------------------------
@@ -273,6 +273,12 @@ _LIVE_LEASE: Final[LiteralString] = _EXACT_LEASE + " AND job.lease_expires_at > 
 # with stale statistics walked every LEASED row of an index that holds the status (skipping its
 # leading column) instead.
 _NOT_AN_INDEX_QUAL_LEASED: Final[LiteralString] = "(job.status = 'LEASED') IS TRUE"
+
+# The plain path's only knowledge of workflows: a completion sent as a plain job's
+# (``workflow`` false, outside a transaction) leaves a workflow step's job untouched, since
+# its dependents must be released in the same transaction; the service then sends it again
+# inside one. A column of the locked row: no workflow table is read.
+_WORKFLOW_GUARD: Final[LiteralString] = "\n      AND (job.workflow_step_id IS NULL OR %(workflow)s)"
 
 # Renew many leases of one worker at once. Rows another session has locked (a handler holding
 # its own job row, a cancel in flight) are skipped, not waited for: the caller retries those
@@ -424,6 +430,7 @@ WITH locked AS MATERIALIZED (
     SELECT job.id FROM runledger_job_queue job
     WHERE """
     + _EXACT_LEASE
+    + _WORKFLOW_GUARD
     + """
     FOR UPDATE
 ),
@@ -441,12 +448,12 @@ finished AS (
     + _LIVE_LEASE
     + """
     RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
-              job.finished_at
+              job.finished_at, job.workflow_step_id
 ),
 """
     + _SUCCEEDED_ATTEMPT_AND_EVENT
     + """
-SELECT finished_at FROM finished
+SELECT finished_at, workflow_step_id FROM finished
 """
 )
 
@@ -476,6 +483,7 @@ locked AS MATERIALIZED (
     WHERE job.id = ANY(%(job_ids)s::uuid[])
       AND job.worker_id = %(worker_id)s AND """
     + _NOT_AN_INDEX_QUAL_LEASED
+    + _WORKFLOW_GUARD
     + """
     FOR UPDATE OF job
 ),
@@ -490,12 +498,13 @@ finished AS (
         last_error_message = NULL
     FROM locked
     WHERE job.id = locked.id AND job.lease_expires_at > clock_timestamp()
-    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total
+    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
+              job.workflow_step_id
 ),
 """
     + _SUCCEEDED_ATTEMPT_AND_EVENT
     + """
-SELECT id FROM finished
+SELECT id, workflow_step_id FROM finished
 """
 )
 
@@ -512,6 +521,7 @@ WITH locked AS MATERIALIZED (
     FROM runledger_job_queue job
     WHERE """
     + _EXACT_LEASE
+    + _WORKFLOW_GUARD
     + """
     FOR UPDATE
 ),
@@ -549,7 +559,7 @@ moved AS (
     + """
     RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
               job.progress_done, job.progress_total, decided.dead, decided.dead_reason,
-              decided.requested
+              decided.requested, job.workflow_step_id
 ),
 attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
@@ -599,7 +609,7 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
+SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END, workflow_step_id FROM moved
 """
 )
 
@@ -619,6 +629,7 @@ CONTINUE_JOB: Final[LiteralString] = (
     SELECT job.id, clock_timestamp() AS base FROM runledger_job_queue job
     WHERE """
     + _EXACT_LEASE
+    + " AND job.workflow_step_id IS NULL"
     + """
     FOR UPDATE
 ),
@@ -783,6 +794,7 @@ moved AS (
     WHERE job.id = expired.id AND job.status = 'LEASED'
     RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
               job.progress_done, job.progress_total, expired.dead, job.job_type,
+              job.workflow_step_id,
               expired.stage = 'running' AND (expired.last_heartbeat_at IS NULL
                                              OR expired.last_heartbeat_at <= expired.leased_at)
                   AS started_without_renewal_heartbeat
@@ -830,7 +842,8 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END, job_type FROM moved
+SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END, job_type, workflow_step_id
+FROM moved
 """
 
 # The expired leases a failed batch covered, for the per-row fallback (no lock: each row is

@@ -10,9 +10,10 @@ lock, which Meta.constraints cannot do), and the key-prefix indexes of the admin
 
 One module per table family: ``jobs`` (definitions, jobs, attempts, events, resource claims,
 replay lineage), ``intents`` (enqueue intents), ``schedules`` (periodic schedules and their
-fire ledger), ``workers`` (the worker registry), ``dashboard`` (the queue samples behind the dashboard's charts), ``admin_pages`` (the proxies behind admin
-index entries). Every model is re-exported here, so ``from runledger_django.models import
-Job`` keeps working.
+fire ledger), ``workers`` (the worker registry), ``dashboard`` (the queue samples behind the
+dashboard's charts), ``workflows`` (runs, steps, edges, appends, active keys, recoveries),
+``admin_pages`` (the proxies behind admin index entries). Every model is re-exported here, so
+``from runledger_django.models import Job`` keeps working.
 """
 
 from __future__ import annotations
@@ -32,6 +33,14 @@ from .jobs import (
 )
 from .schedules import JobSchedule, ScheduleFire
 from .workers import WorkerRecord
+from .workflows import (
+    WorkflowActiveClaim,
+    WorkflowRecovery,
+    WorkflowRun,
+    WorkflowRunMutation,
+    WorkflowStep,
+    WorkflowStepDependency,
+)
 
 __all__ = [
     "FK_INTENT_PROMOTED_JOB",
@@ -51,4 +60,10 @@ __all__ = [
     "QueueSample",
     "ScheduleFire",
     "WorkerRecord",
+    "WorkflowActiveClaim",
+    "WorkflowRecovery",
+    "WorkflowRun",
+    "WorkflowRunMutation",
+    "WorkflowStep",
+    "WorkflowStepDependency",
 ]

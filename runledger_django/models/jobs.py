@@ -100,7 +100,7 @@ class JobRateLimitState(models.Model):
     any window of the period" holds exactly. Kept off the definition row so an admin save of a
     stale form never rewinds it; no foreign key, so a deleted definition leaves a harmless row.
 
-    The log, ``recent_starts timestamptz[]``, is created by migration 0014 outside the model:
+    The log, ``recent_starts timestamptz[]``, is created by migration 0015 outside the model:
     the ORM has no array field without ``django.contrib.postgres``, which a host need not
     install. Only the claim statements read or write it."""
 
@@ -156,6 +156,10 @@ class Job(models.Model):
     trace_context = models.JSONField(null=True, blank=True, editable=False)
     """The enqueuing span's propagation fields, copied from the intent at promotion; the run's
     span links to it (services/tracing.py)."""
+    workflow_step_id = models.UUIDField(null=True, blank=True)
+    """The workflow step this job runs (NULL for a plain job). The completion statements
+    return it, and only a non-NULL value calls into workflows; the FK (ON DELETE SET NULL) is
+    RunSQL in migration 0014."""
     created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
     updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
 

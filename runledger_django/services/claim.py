@@ -8,6 +8,7 @@ import math
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -29,7 +30,7 @@ from ._lease import (
     validate_lease_seconds,
     validate_worker_id,
 )
-from .lifecycle import complete_jobs_success
+from .lifecycle import complete_jobs_success, terminal_write
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,9 @@ FALLBACK_SPARE_CANDIDATES = 16
 """Due jobs the fallback looks at beyond the batch, so jobs it dead-letters (or finds busy) do
 not leave the batch short: a worker asking for one job still gets the healthy one behind."""
 NUMERIC_OUT_OF_RANGE = "22003"
+_UNKNOWN_STEP = uuid.UUID(int=0)
+"""Marks a lease as possibly a workflow job's, so its completion goes the workflow way (the
+statement returns the real step id)."""
 """The attempt increment overflowing, on a table that lacks the counter bound."""
 
 PEEK_HORIZON_MAX_SECONDS = 86_400
@@ -332,6 +336,16 @@ def complete_and_claim(
     claim = _claim_params(job_types, leases["worker_id"], limit, lease_seconds)
     if claim is None:
         return complete_jobs_success(successes, using=using), []
+    if any(lease.workflow_step_id is not None for lease, _ in successes):
+        # A workflow job's success releases its dependents in its own transaction first.
+        recorded = complete_jobs_success(successes, using=using)
+        return recorded, claim_jobs(
+            job_types,
+            worker_id=leases["worker_id"],
+            limit=limit,
+            lease_seconds=lease_seconds,
+            using=using,
+        )
     outputs = [text for _, text in successes]
     if _limited_hints.get(_hint_key(claim, using)):
         # The limited types first (see _limited_hints), the fast path for the rest.
@@ -339,31 +353,52 @@ def complete_and_claim(
             done, rows = run_capped_together(
                 using,
                 (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_LIMITED_JOBS),
-                {**_limited_params(claim, claim["limit"]), **leases, "outputs": outputs},
+                {
+                    **_limited_params(claim, claim["limit"]),
+                    **leases,
+                    "outputs": outputs,
+                    "workflow": False,
+                },
                 lock_ms=LOCK_CAP_MS,
                 statement_ms=STATEMENT_CAP_MS,
                 tag="/* runledger:complete_and_claim_limited */\n",
                 context="complete jobs and claim the next",
             )
         claimed = _limited_claimed(rows, claim["worker_id"])
+        recorded = _complete_missed(successes, {row[0] for row in done}, using)
         rest = claim["limit"] - len(claimed)
         if rest:
             claimed += _after_commit(lambda: _claim_fast(claim, rest, using, then_limited=False))
-        return {row[0] for row in done}, claimed
+        return recorded, claimed
     done, rows = run_capped_together(
         using,
         (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_JOBS),
-        {**claim, **leases, "outputs": outputs},
+        {**claim, **leases, "outputs": outputs, "workflow": False},
         lock_ms=LOCK_CAP_MS,
         statement_ms=STATEMENT_CAP_MS,
         tag="/* runledger:complete_and_claim */\n",
         context="complete jobs and claim the next",
     )
+    recorded = _complete_missed(successes, {row[0] for row in done}, using)
     claimed, limited = _split_claimed(rows, claim, using)
     if limited and len(claimed) < claim["limit"]:
         rest = claim["limit"] - len(claimed)
         claimed += _after_commit(lambda: _claim_limited(claim, rest, using))
-    return {row[0] for row in done}, claimed
+    return recorded, claimed
+
+
+def _complete_missed(
+    successes: Sequence[tuple[JobLease, str | None]], recorded: set[uuid.UUID], using: str
+) -> set[uuid.UUID]:
+    """A workflow job behind a lease that did not say so was left alone by the grouped
+    success: complete it with its release (a lease truly lost is refused again)."""
+    missed = [item for item in successes if item[0].job_id not in recorded]
+    if missed:
+        recorded |= complete_jobs_success(
+            [(replace(lease, workflow_step_id=_UNKNOWN_STEP), text) for lease, text in missed],
+            using=using,
+        )
+    return recorded
 
 
 def _after_commit(claim: Callable[[], list[ClaimedJob]]) -> list[ClaimedJob]:
@@ -462,7 +497,8 @@ def _dead_letter(job_id: Any, using: str) -> bool:
     """Dead-letter a PENDING job that cannot be claimed. False when it was no longer PENDING,
     or when the row refuses even that (a trigger): then it is only skipped."""
     try:
-        moved = transition(
+        # A workflow job's step fails with it, in the same transaction.
+        moved = terminal_write(
             using,
             lifecycle_queries.DEAD_LETTER_UNCLAIMABLE,
             {
@@ -471,6 +507,10 @@ def _dead_letter(job_id: Any, using: str) -> bool:
                 "message": CATALOG[Code.INVALID_PERSISTED_JOB][1],
             },
             context="dead-letter an unclaimable job",
+            workflow=False,
+            finished=lambda rows: [(row[1], "DEAD_LETTERED") for row in rows if row[1]],
+            retry_when_short=False,
+            plain_guard=False,
         )
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
@@ -494,6 +534,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         lease_expires_at,
         due_at,
         trace_context,
+        workflow_step_id,
     ) = row
     decode_error = None
     try:
@@ -510,6 +551,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
             run_number=run_number,
             attempt=attempt,
             worker_id=worker_id,
+            workflow_step_id=workflow_step_id,
         ),
         job_type=job_type,
         organization_id=organization_id,

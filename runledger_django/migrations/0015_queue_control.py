@@ -22,7 +22,7 @@ CREATE FUNCTION runledger_claim_limited(
 RETURNS TABLE (id uuid, run_number integer, attempt integer, job_type text, organization_id uuid,
                payload text, max_attempts integer, timeout_seconds integer, checkpoint text,
                claimed_at timestamptz, lease_expires_at timestamptz, due_at timestamptz,
-               trace_context text)
+               trace_context text, workflow_step_id uuid)
 LANGUAGE plpgsql VOLATILE AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -136,7 +136,7 @@ leased AS (
     RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
               job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
               job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
-              job.trace_context
+              job.trace_context, job.workflow_step_id
 ),
 attempt_row AS (
     INSERT INTO runledger_job_attempts (
@@ -162,13 +162,13 @@ charged AS (
 )
 SELECT id, run_number, attempt, job_type, organization_id,
        payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
-       due_at, trace_context
+       due_at, trace_context, workflow_step_id
 FROM (
     SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
            payload::text AS payload, max_attempts, timeout_seconds,
            checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
            next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
-           trace_context::text AS trace_context
+           trace_context::text AS trace_context, workflow_step_id
     FROM leased
     UNION ALL
     SELECT 1, NULL, NULL, NULL, limited.job_type, NULL,
@@ -176,7 +176,7 @@ FROM (
                      AND limited.rate_left <= COALESCE(limited.concurrency_left,
                                                        limited.rate_left)
                 THEN 'rate' ELSE 'concurrency' END,
-           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+           NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
     FROM limited
     LEFT JOIN (SELECT job_type, count(*) AS jobs FROM leased GROUP BY job_type) taken
       ON taken.job_type = limited.job_type
@@ -196,7 +196,7 @@ $fn$;
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runledger", "0013_trace_context"),
+        ("runledger", "0014_workflows"),
     ]
 
     operations = [
