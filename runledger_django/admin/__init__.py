@@ -1,11 +1,11 @@
 """The Django admin: read-only intents and jobs, editable job definitions, metrics pages.
 
-One module per concern (``intents``, ``jobs``, ``definitions``, ``metrics``, ``schedules``) over the pieces
-they share (``shared``). Importing this package registers every model admin, as Django's
+One module per concern (``intents``, ``jobs``, ``definitions``, ``metrics``, ``schedules``,
+``workflows`` with its drawing in ``workflow_graph``) over the pieces they share (``shared``). Importing this package registers every model admin, as Django's
 admin autodiscovery expects of ``<app>.admin``. Nothing here writes an intent or a job
 directly: the job actions call the services. Permissions are Django's model permissions.
 """
 
-from . import definitions, intents, jobs, metrics, schedules
+from . import definitions, intents, jobs, metrics, schedules, workflows
 
-__all__ = ["definitions", "intents", "jobs", "metrics", "schedules"]
+__all__ = ["definitions", "intents", "jobs", "metrics", "schedules", "workflows"]
