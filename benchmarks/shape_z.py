@@ -93,7 +93,7 @@ def drain_raw(mode: str, batch: int, jobs: int) -> tuple[float, float | None]:
                 lease = {"job_id": row[0], "run_number": row[1], "attempt": row[2]}
                 if not send(
                     lifecycle_queries.COMPLETE_SUCCESS,
-                    lease | {"worker_id": "bench-raw", "output": None},
+                    lease | {"worker_id": "bench-raw", "output": None, "workflow": False},
                 ):
                     raise RuntimeError("a success was refused by the lease fence")
                 done += 1

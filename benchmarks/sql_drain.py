@@ -51,6 +51,7 @@ def _drain(job_type: str, batch: int, stop: threading.Event, worker_id: str) -> 
                     "attempts": [row[2] for row in rows],
                     "outputs": [None] * len(rows),
                     "worker_id": worker_id,
+                    "workflow": False,
                 },
                 context="complete jobs",
             )

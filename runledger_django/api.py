@@ -18,6 +18,7 @@ from .domain import (
     TargetSpec,
     WorkflowRunStatus,
     WorkflowStart,
+    WorkflowStepStatus,
     WorkReport,
 )
 from .errors import RunledgerError
@@ -43,7 +44,19 @@ from .services.schedules import (
     schedule_metrics,
     trigger_schedule,
 )
-from .services.workflows import StepHandle, Workflow, start_workflow
+from .services.workflows import (
+    StepHandle,
+    Workflow,
+    WorkflowHandle,
+    cancel_workflow,
+    complete_external_step,
+    get_workflow_run,
+    list_workflow_runs,
+    list_workflow_steps,
+    retry_workflow,
+    start_workflow,
+    workflow_handle,
+)
 from .worker.context import JobContext
 from .worker.outcomes import ContinueJob, RetryJob, TerminalJobError
 from .worker.registry import job_handler
@@ -72,21 +85,28 @@ __all__ = [
     "TerminalJobError",
     "WorkReport",
     "Workflow",
+    "WorkflowHandle",
     "WorkflowRunStatus",
     "WorkflowStart",
+    "WorkflowStepStatus",
     "backfill_schedule",
     "cancel_job",
+    "cancel_workflow",
+    "complete_external_step",
     "delete_promoted_intents_before",
     "delete_promoted_intents_for_jobs",
     "delete_schedule",
     "enqueue_job",
     "get_intent",
     "get_schedule",
+    "get_workflow_run",
     "intent_metrics",
     "job_handler",
     "job_metrics",
     "list_intents",
     "list_schedules",
+    "list_workflow_runs",
+    "list_workflow_steps",
     "next_fires",
     "pause_schedule",
     "promote_intents",
@@ -95,6 +115,7 @@ __all__ = [
     "requeue_job",
     "resume_schedule",
     "retime_schedule",
+    "retry_workflow",
     "run_jobs",
     "run_schedule_pass",
     "save_schedule",
@@ -102,4 +123,5 @@ __all__ = [
     "schedule_metrics",
     "start_workflow",
     "trigger_schedule",
+    "workflow_handle",
 ]

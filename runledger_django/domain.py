@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, TypeAlias
 
 from django.db import models
@@ -326,6 +326,9 @@ class JobLease:
     run_number: int
     attempt: int
     worker_id: str
+    workflow_step_id: uuid.UUID | None = field(default=None, compare=False)
+    """The workflow step the job runs, as its claim read it (not part of the fence): a plain
+    job's completion is one statement, a workflow job's also releases its dependents."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -87,7 +87,8 @@ leased AS (
            OR candidate.id IN (SELECT job_id FROM acquired))
     RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
               job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
-              job.lease_expires_at, job.priority, job.next_run_at, job.created_at
+              job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
+              job.workflow_step_id
 ),
 attempt_row AS (
     INSERT INTO runledger_job_attempts (
@@ -103,7 +104,7 @@ event AS (
     FROM leased
 )
 SELECT id, run_number, attempt, job_type, organization_id, payload::text, max_attempts,
-       timeout_seconds, checkpoint::text, now(), lease_expires_at
+       timeout_seconds, checkpoint::text, now(), lease_expires_at, workflow_step_id
 FROM leased
 ORDER BY priority DESC, next_run_at, created_at, id
 """
@@ -191,6 +192,12 @@ _LIVE_LEASE: Final[LiteralString] = _EXACT_LEASE + " AND job.lease_expires_at > 
 # with stale statistics walked every LEASED row of an index that holds the status (skipping its
 # leading column) instead.
 _NOT_AN_INDEX_QUAL_LEASED: Final[LiteralString] = "(job.status = 'LEASED') IS TRUE"
+
+# The plain path's only knowledge of workflows: a completion sent as a plain job's
+# (``workflow`` false, outside a transaction) leaves a workflow step's job untouched, since
+# its dependents must be released in the same transaction; the service then sends it again
+# inside one. A column of the locked row: no workflow table is read.
+_WORKFLOW_GUARD: Final[LiteralString] = "\n      AND (job.workflow_step_id IS NULL OR %(workflow)s)"
 
 # Renew many leases of one worker at once. Rows another session has locked (a handler holding
 # its own job row, a cancel in flight) are skipped, not waited for: the caller retries those
@@ -342,6 +349,7 @@ WITH locked AS MATERIALIZED (
     SELECT job.id FROM runledger_job_queue job
     WHERE """
     + _EXACT_LEASE
+    + _WORKFLOW_GUARD
     + """
     FOR UPDATE
 ),
@@ -359,12 +367,12 @@ finished AS (
     + _LIVE_LEASE
     + """
     RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
-              job.finished_at
+              job.finished_at, job.workflow_step_id
 ),
 """
     + _SUCCEEDED_ATTEMPT_AND_EVENT
     + """
-SELECT finished_at FROM finished
+SELECT finished_at, workflow_step_id FROM finished
 """
 )
 
@@ -394,6 +402,7 @@ locked AS MATERIALIZED (
     WHERE job.id = ANY(%(job_ids)s::uuid[])
       AND job.worker_id = %(worker_id)s AND """
     + _NOT_AN_INDEX_QUAL_LEASED
+    + _WORKFLOW_GUARD
     + """
     FOR UPDATE OF job
 ),
@@ -408,12 +417,13 @@ finished AS (
         last_error_message = NULL
     FROM locked
     WHERE job.id = locked.id AND job.lease_expires_at > clock_timestamp()
-    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total
+    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
+              job.workflow_step_id
 ),
 """
     + _SUCCEEDED_ATTEMPT_AND_EVENT
     + """
-SELECT id FROM finished
+SELECT id, workflow_step_id FROM finished
 """
 )
 
@@ -430,6 +440,7 @@ WITH locked AS MATERIALIZED (
     FROM runledger_job_queue job
     WHERE """
     + _EXACT_LEASE
+    + _WORKFLOW_GUARD
     + """
     FOR UPDATE
 ),
@@ -467,7 +478,7 @@ moved AS (
     + """
     RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
               job.progress_done, job.progress_total, decided.dead, decided.dead_reason,
-              decided.requested
+              decided.requested, job.workflow_step_id
 ),
 attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
@@ -517,7 +528,7 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
+SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END, workflow_step_id FROM moved
 """
 )
 
@@ -537,6 +548,7 @@ CONTINUE_JOB: Final[LiteralString] = (
     SELECT job.id, clock_timestamp() AS base FROM runledger_job_queue job
     WHERE """
     + _EXACT_LEASE
+    + " AND job.workflow_step_id IS NULL"
     + """
     FOR UPDATE
 ),
@@ -700,7 +712,7 @@ moved AS (
     FROM expired
     WHERE job.id = expired.id AND job.status = 'LEASED'
     RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
-              job.progress_done, job.progress_total, expired.dead,
+              job.progress_done, job.progress_total, expired.dead, job.workflow_step_id,
               expired.stage = 'running' AND (expired.last_heartbeat_at IS NULL
                                              OR expired.last_heartbeat_at <= expired.leased_at)
                   AS started_without_renewal_heartbeat
@@ -748,7 +760,7 @@ event AS (
     ) AS kind(position, event_type, payload)
     ORDER BY moved.id, kind.position
 )
-SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END FROM moved
+SELECT id, status, CASE WHEN dead THEN NULL ELSE next_run_at END, workflow_step_id FROM moved
 """
 
 # The expired leases a failed batch covered, for the per-row fallback (no lock: each row is

@@ -38,7 +38,8 @@ WITH canceled AS (
     RETURNING job.id, job.run_number, job.attempt, job.stage, job.progress_done,
               job.progress_total,
               CASE WHEN job.lease_expires_at > clock_timestamp() THEN job.lease_expires_at
-                   END AS lease_quiesces_at
+                   END AS lease_quiesces_at,
+              job.workflow_step_id
 ),
 attempt_row AS (
     UPDATE runledger_job_attempts attempt_row
@@ -57,7 +58,7 @@ event AS (
                                                 'lease_quiesces_at', lease_quiesces_at))
     FROM canceled
 )
-SELECT 'CANCELED' FROM canceled
+SELECT 'CANCELED', workflow_step_id FROM canceled
 """
 )
 
@@ -73,7 +74,9 @@ WITH target AS MATERIALIZED (
            COALESCE(job.status = 'CANCELED' AND job.lease_expires_at > clock_timestamp(), false)
                AS not_quiesced,
            -- One more run would pass chk_job_queue_values_in_range: refuse, never fail.
-           job.run_number >= 2147483646 AS runs_exhausted
+           job.run_number >= 2147483646 AS runs_exhausted,
+           -- A workflow step's job is retried through its workflow (retry_workflow).
+           job.workflow_step_id IS NOT NULL AS workflow_job
     FROM runledger_job_queue job
     WHERE """
     + _JOB_IN_SCOPE
@@ -98,7 +101,7 @@ requeued AS (
         last_error_message = NULL
     FROM target
     WHERE job.id = target.id AND target.status IN ('DEAD_LETTERED', 'CANCELED')
-      AND NOT target.not_quiesced AND NOT target.runs_exhausted
+      AND NOT target.not_quiesced AND NOT target.runs_exhausted AND NOT target.workflow_job
     RETURNING job.id, job.run_number, job.stage, job.progress_done, job.progress_total,
               target.run_number AS previous_run_number, target.status AS previous_status
 ),
@@ -118,7 +121,8 @@ event AS (
                               'requeue_kind', 'COMPARE_AND_REQUEUE')
     FROM requeued
 )
-SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL, target.runs_exhausted
+SELECT target.status, target.not_quiesced, requeued.id IS NOT NULL, target.runs_exhausted,
+       target.workflow_job
 FROM target LEFT JOIN requeued ON requeued.id = target.id
 """
 )

@@ -15,7 +15,7 @@ from typing import Final, LiteralString
 # SUCCEEDED job has no lease) alone.
 LOCK_SOURCE: Final[LiteralString] = """
 /* runledger:replay_job */
-SELECT job.status, job.run_number
+SELECT job.status, job.run_number, job.workflow_step_id IS NOT NULL
 FROM runledger_job_queue job
 WHERE job.id = %(job_id)s
   AND (%(admin)s OR job.organization_id IS NOT DISTINCT FROM %(organization_id)s)

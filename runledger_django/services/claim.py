@@ -7,6 +7,7 @@ import logging
 import math
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from django.db import DatabaseError, connections
@@ -41,6 +42,9 @@ FALLBACK_SPARE_CANDIDATES = 16
 """Due jobs the fallback looks at beyond the batch, so jobs it dead-letters (or finds busy) do
 not leave the batch short: a worker asking for one job still gets the healthy one behind."""
 NUMERIC_OUT_OF_RANGE = "22003"
+_UNKNOWN_STEP = uuid.UUID(int=0)
+"""Marks a lease as possibly a workflow job's, so its completion goes the workflow way (the
+statement returns the real step id)."""
 """The attempt increment overflowing, on a table that lacks the counter bound."""
 
 PEEK_HORIZON_MAX_SECONDS = 86_400
@@ -208,19 +212,35 @@ def complete_and_claim(
     claim = _claim_params(job_types, leases["worker_id"], limit, lease_seconds)
     if claim is None:
         return complete_jobs_success(successes, using=using), []
+    if any(lease.workflow_step_id is not None for lease, _ in successes):
+        # A workflow job's success releases its dependents in its own transaction first.
+        recorded = complete_jobs_success(successes, using=using)
+        return recorded, claim_jobs(
+            job_types,
+            worker_id=leases["worker_id"],
+            limit=limit,
+            lease_seconds=lease_seconds,
+            using=using,
+        )
     done, claimed = run_capped_together(
         using,
         (lifecycle_queries.COMPLETE_SUCCESS_MANY, lifecycle_queries.CLAIM_JOBS),
-        {**claim, **leases, "outputs": [text for _, text in successes]},
+        {**claim, **leases, "outputs": [text for _, text in successes], "workflow": False},
         lock_ms=LOCK_CAP_MS,
         statement_ms=STATEMENT_CAP_MS,
         tag="/* runledger:complete_and_claim */\n",
         context="complete jobs and claim the next",
     )
-    return (
-        {row[0] for row in done},
-        [_decode_claimed(row, claim["worker_id"]) for row in claimed],
-    )
+    recorded = {row[0] for row in done}
+    missed = [item for item in successes if item[0].job_id not in recorded]
+    if missed:
+        # A workflow job behind a lease that did not say so was left alone: complete it with
+        # its release (a lease truly lost is refused again).
+        recorded |= complete_jobs_success(
+            [(replace(lease, workflow_step_id=_UNKNOWN_STEP), text) for lease, text in missed],
+            using=using,
+        )
+    return recorded, [_decode_claimed(row, claim["worker_id"]) for row in claimed]
 
 
 def _claim_params(
@@ -335,6 +355,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
         checkpoint_text,
         claimed_at,
         lease_expires_at,
+        workflow_step_id,
     ) = row
     decode_error = None
     try:
@@ -351,6 +372,7 @@ def _decode_claimed(row: tuple[Any, ...], worker_id: str) -> ClaimedJob:
             run_number=run_number,
             attempt=attempt,
             worker_id=worker_id,
+            workflow_step_id=workflow_step_id,
         ),
         job_type=job_type,
         organization_id=organization_id,

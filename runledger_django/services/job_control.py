@@ -8,6 +8,7 @@ from ..db import operations_queries
 from ..domain import JobStatus, ReadScope
 from ..errors import Code, RunledgerError
 from ._lease import DEFAULT_USING, scope_params, transition
+from .lifecycle import terminal_write
 from .wakeup import JOBS_CHANNEL, wake_after_commit
 
 
@@ -38,7 +39,16 @@ def cancel_job(
             ``job.invalid_argument``.
     """
     params = scope_params(job_id, scope)
-    rows = transition(using, operations_queries.CANCEL_JOB, params, context="cancel job")
+    rows = terminal_write(
+        using,
+        operations_queries.CANCEL_JOB,
+        params,
+        context="cancel job",
+        workflow=False,
+        finished=lambda rows: [(row[1], JobStatus.CANCELED.value) for row in rows if row[1]],
+        retry_when_short=False,
+        plain_guard=False,
+    )
     if rows:
         return JobStatus.CANCELED
     status = _status_in_scope(params, using)
@@ -68,7 +78,11 @@ def requeue_job(
     rows = transition(using, operations_queries.REQUEUE_JOB, params, context="requeue job")
     if not rows:
         raise _not_found(params["job_id"])
-    status, not_quiesced, requeued, runs_exhausted = rows[0]
+    status, not_quiesced, requeued, runs_exhausted, workflow_job = rows[0]
+    if workflow_job and status in (JobStatus.DEAD_LETTERED, JobStatus.CANCELED):
+        raise RunledgerError.for_code(
+            Code.WF_REQUEUE_NOT_SUPPORTED, f"job {params['job_id']} is a workflow step's"
+        )
     if requeued:
         wake_after_commit(using, JOBS_CHANNEL)
         return JobStatus.PENDING

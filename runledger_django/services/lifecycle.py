@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from django.db import connections, transaction
+
 from ..db import lifecycle_queries
+from ..db.transaction import ensure_read_committed, last_statement_of_transaction
 from ..domain import (
     ContinuationOutcome,
     FailureKind,
@@ -34,6 +37,7 @@ from ._lease import (
     validate_lease,
     validate_lease_seconds,
 )
+from .workflows import release as workflow_release
 
 STAGE_MAX_BYTES = 255
 INT64_MAX = 2**63 - 1
@@ -172,11 +176,13 @@ def complete_job_success(
     """
     checked = validate_lease(lease)
     output_text = encode_output(output)
-    rows = transition(
+    rows = terminal_write(
         using,
         lifecycle_queries.COMPLETE_SUCCESS,
         {**lease_params(checked), "output": output_text},
         context="complete job",
+        workflow=checked.workflow_step_id is not None,
+        finished=lambda rows: [(row[1], JobStatus.SUCCEEDED.value) for row in rows if row[1]],
     )
     if not rows:
         raise lease_mismatch(checked)
@@ -201,13 +207,101 @@ def complete_jobs_success(
     params = leases_params([lease for lease, _ in successes])
     if not params["job_ids"]:
         return set()
-    rows = transition(
-        using,
-        lifecycle_queries.COMPLETE_SUCCESS_MANY,
-        {**params, "outputs": [text for _, text in successes]},
-        context="complete jobs",
-    )
-    return {row[0] for row in rows}
+    plain = [item for item in successes if item[0].workflow_step_id is None]
+    flagged = [item for item in successes if item[0].workflow_step_id is not None]
+    recorded: set[uuid.UUID] = set()
+    if plain:
+        rows = terminal_write(
+            using,
+            lifecycle_queries.COMPLETE_SUCCESS_MANY,
+            {
+                **leases_params([lease for lease, _ in plain]),
+                "outputs": [text for _, text in plain],
+            },
+            context="complete jobs",
+            workflow=False,
+            finished=_succeeded_steps,
+            retry_when_short=False,
+        )
+        recorded = {row[0] for row in rows}
+        # A lease that carries no step id but names a workflow job was left alone: it goes
+        # with the workflow jobs, whose dependents are released in their transaction.
+        flagged += [item for item in plain if item[0].job_id not in recorded]
+    if flagged:
+        rows = terminal_write(
+            using,
+            lifecycle_queries.COMPLETE_SUCCESS_MANY,
+            {
+                **leases_params([lease for lease, _ in flagged]),
+                "outputs": [text for _, text in flagged],
+            },
+            context="complete workflow jobs",
+            workflow=True,
+            finished=_succeeded_steps,
+        )
+        recorded |= {row[0] for row in rows}
+    return recorded
+
+
+def _succeeded_steps(rows: Sequence[tuple[Any, ...]]) -> list[tuple[uuid.UUID, str]]:
+    return [(row[1], JobStatus.SUCCEEDED.value) for row in rows if row[1] is not None]
+
+
+def terminal_write(
+    using: str,
+    sql: str,
+    params: dict[str, Any],
+    *,
+    context: str,
+    workflow: bool,
+    finished: Callable[[Sequence[tuple[Any, ...]]], list[tuple[uuid.UUID, str]]],
+    retry_when_short: bool = True,
+    plain_guard: bool = True,
+) -> list[tuple[Any, ...]]:
+    """Run a job's terminal statement and, for a workflow job, its step's propagation in the
+    same transaction (reference 3.3).
+
+    A plain job outside a transaction costs the one statement it always did: its statement
+    is sent with ``workflow`` false, which leaves a workflow job's row alone, so a lease that
+    did not say it was a workflow job is sent again inside a transaction (only when nothing
+    matched: a lost lease costs one statement more). ``finished`` picks the (step id, job
+    status) pairs of workflow jobs from the statement's rows.
+
+    Inside the caller's transaction, a failed propagation marks it for rollback: the job's
+    terminal write must not commit without its dependents' release. A statement without the
+    guard (``plain_guard`` false: an operator's cancel, the reaper) always runs in a
+    transaction.
+    """
+    connection = connections[using]
+    if connection.in_atomic_block or not connection.get_autocommit():
+        rows = transition(using, sql, {**params, "workflow": True}, context=context)
+        steps = finished(rows)
+        if steps:
+            try:
+                with connection.cursor() as cursor:
+                    ensure_read_committed(
+                        cursor,
+                        operation="a workflow job's completion",
+                        code=Code.WF_TERMINAL_COMPLETION_UNSUPPORTED_ISOLATION,
+                    )
+                workflow_release.on_jobs_terminal(steps, using=using)
+            except BaseException:
+                if connection.in_atomic_block:
+                    transaction.set_rollback(True, using=using)
+                raise
+        return rows
+    if not workflow and plain_guard:
+        rows = transition(using, sql, {**params, "workflow": False}, context=context)
+        if rows or not retry_when_short:
+            return rows
+    with transaction.atomic(using=using):
+        workflow_release.ensure_session_read_committed(using)
+        with last_statement_of_transaction(using):
+            rows = transition(using, sql, {**params, "workflow": True}, context=context)
+        steps = finished(rows)
+        if steps:
+            workflow_release.on_jobs_terminal(steps, using=using)
+    return rows
 
 
 def encode_output(output: Any) -> str | None:
@@ -271,7 +365,7 @@ def complete_job_failure(
             policy, after, at = _retry_timing(failure)
         except RunledgerError as error:
             invalid_timing = error
-    rows = transition(
+    rows = terminal_write(
         using,
         lifecycle_queries.COMPLETE_FAILURE,
         {
@@ -288,10 +382,16 @@ def complete_job_failure(
             "timing_valid": invalid_timing is None,
         },
         context="fail job",
+        workflow=checked.workflow_step_id is not None,
+        finished=lambda rows: [
+            (row[2], row[0])
+            for row in rows
+            if row[2] is not None and row[0] == JobStatus.DEAD_LETTERED.value
+        ],
     )
     if not rows:
         raise invalid_timing or lease_mismatch(checked)
-    status, next_run_at = rows[0]
+    status, next_run_at, _ = rows[0]
     job_status = JobStatus(status)
     return FailureOutcome(
         status=job_status,
@@ -325,6 +425,11 @@ def continue_job(
             any SQL; ``job.lease_owner_mismatch``.
     """
     checked = validate_lease(lease)
+    if checked.workflow_step_id is not None:
+        raise RunledgerError.for_code(
+            Code.WF_HANDLER_CONTINUATION_NOT_ENABLED,
+            f"job {checked.job_id} is a workflow step; its handler cannot continue",
+        )
     if type(delay_microseconds) is not int or not 0 <= delay_microseconds <= INT64_MAX:
         raise RunledgerError.for_code(
             Code.INVALID_CONTINUATION_DELAY, "delay_microseconds must be a non-negative int"

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from ..db import lifecycle_queries
 from ..db.classify import is_session_fatal
-from ..domain import ReapReport
+from ..domain import JobStatus, ReapReport
 from ..errors import Code, RunledgerError
 from ..validation import INT32_MAX, validate_job_types, validate_page
 from ._lease import DEFAULT_USING, transition
+from .lifecycle import terminal_write
 
 logger = logging.getLogger(__name__)
 
@@ -64,9 +66,7 @@ def reap_expired_leases(
     }
     deferred = 0
     try:
-        rows = transition(
-            using, lifecycle_queries.REAP_EXPIRED_LEASES, params, context="reap expired leases"
-        )
+        rows = _reap(params, using, context="reap expired leases")
     except RunledgerError as error:
         if error.__cause__ is None or is_session_fatal(error.__cause__):
             raise
@@ -96,6 +96,29 @@ def reap_expired_leases(
     return report
 
 
+def _dead_workflow_steps(rows: Sequence[tuple[Any, ...]]) -> list[tuple[Any, str]]:
+    return [
+        (row[3], JobStatus.DEAD_LETTERED.value)
+        for row in rows
+        if row[3] is not None and row[1] == JobStatus.DEAD_LETTERED
+    ]
+
+
+def _reap(params: dict[str, Any], using: str, *, context: str) -> list[tuple[Any, ...]]:
+    """One reap statement; a workflow job it dead-letters fails its step and propagates in
+    the same transaction (a retried one stays ENQUEUED: nothing to write)."""
+    return terminal_write(
+        using,
+        lifecycle_queries.REAP_EXPIRED_LEASES,
+        params,
+        context=context,
+        workflow=False,
+        finished=_dead_workflow_steps,
+        retry_when_short=False,
+        plain_guard=False,
+    )
+
+
 def _reap_row_by_row(params: dict[str, object], using: str) -> tuple[list[tuple[object, ...]], int]:
     """The fallback after a failed batch: each row alone (its own one-statement transaction),
     culprits pushed aside."""
@@ -109,11 +132,8 @@ def _reap_row_by_row(params: dict[str, object], using: str) -> tuple[list[tuple[
     ]
     for job_id in ids:
         try:
-            rows += transition(
-                using,
-                lifecycle_queries.REAP_EXPIRED_LEASES,
-                {**params, "only_job_id": job_id},
-                context="reap one expired lease",
+            rows += _reap(
+                {**params, "only_job_id": job_id}, using, context="reap one expired lease"
             )
         except RunledgerError as error:
             if error.__cause__ is None or is_session_fatal(error.__cause__):

@@ -106,6 +106,10 @@ def _replay(
     if source is None:
         raise RunledgerError.for_code(Code.NOT_FOUND, f"job {job_id} is not in the scope")
     status, run_number = str(source[0]), int(source[1])
+    if source[2]:
+        raise RunledgerError.for_code(
+            Code.WF_REQUEUE_NOT_SUPPORTED, f"job {job_id} is a workflow step's; retry its run"
+        )
     if expected_run_number is not None and expected_run_number != run_number:
         raise RunledgerError.for_code(
             Code.REPLAY_EXPECTATION_MISMATCH,

@@ -16,6 +16,7 @@ from ..domain import ClaimedJob, JobLease
 from ..errors import Code, RunledgerError
 from ..services._lease import lease_mismatch
 from ..services.lifecycle import heartbeat_leases, update_job_progress
+from ..services.workflows import step_context
 from .atomic import AtomicCompletion, CompletingAttempt, complete_atomically
 
 
@@ -61,6 +62,7 @@ class JobContext:
         self._execution = execution
         self._using = using
         self._side: BaseDatabaseWrapper | None = None
+        self._workflow: tuple[uuid.UUID, str, dict[str, Any]] | None = None
         self.job_id: uuid.UUID = claimed.lease.job_id
         self.job_type: str = claimed.job_type
         self.organization_id: uuid.UUID | None = claimed.organization_id
@@ -75,6 +77,41 @@ class JobContext:
         """The last saved checkpoint (from an earlier attempt too), or None."""
         self.deadline: dt.datetime = claimed.deadline
         """When the attempt times out (database clock): ``timeout_seconds`` after the claim."""
+
+    # --- workflows ---
+
+    @property
+    def workflow_step_id(self) -> uuid.UUID | None:
+        """The workflow step this job runs, or None for a plain job."""
+        return self._execution.claimed.lease.workflow_step_id
+
+    @property
+    def workflow_run_id(self) -> uuid.UUID | None:
+        """The workflow run of this job's step, or None for a plain job."""
+        step = self._step()
+        return None if step is None else step[0]
+
+    @property
+    def step_key(self) -> str | None:
+        """The key of this job's workflow step, or None for a plain job."""
+        step = self._step()
+        return None if step is None else step[1]
+
+    @property
+    def upstream(self) -> dict[str, Any]:
+        """The outputs of this step's direct prerequisites, by step key (None for one that
+        finished without output, or did not succeed behind a ``when="terminal"`` edge); empty
+        for a plain job. Read once, on first use."""
+        step = self._step()
+        return {} if step is None else dict(step[2])
+
+    def _step(self) -> tuple[uuid.UUID, str, dict[str, Any]] | None:
+        step_id = self.workflow_step_id
+        if step_id is None:
+            return None
+        if self._workflow is None:
+            self._workflow = step_context(step_id, using=self._using)
+        return self._workflow
 
     # --- schedules ---
 

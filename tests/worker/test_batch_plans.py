@@ -22,7 +22,7 @@ BACKLOG = 5000
 @pytest.mark.parametrize(
     ("statement", "extra"),
     [
-        (lifecycle_queries.COMPLETE_SUCCESS_MANY, {"outputs": [None, None]}),
+        (lifecycle_queries.COMPLETE_SUCCESS_MANY, {"outputs": [None, None], "workflow": False}),
         (lifecycle_queries.HAND_BACK_LEASES, {"reason": "worker shutting down"}),
     ],
     ids=["complete_jobs_success", "hand_back_leases"],

@@ -95,6 +95,7 @@ def test_complete_jobs_success__plan__writes_each_row_through_its_primary_key(
         "attempts": [lease.attempt for lease in leases],
         "outputs": [None, None],
         "worker_id": leases[0].worker_id,
+        "workflow": False,
     }
     with connection.cursor() as cursor:
         cursor.execute(session_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)

@@ -10,6 +10,30 @@ row names a workflow step.
 from __future__ import annotations
 
 from .builder import StepHandle, Workflow
+from .cancel import cancel_workflow
+from .external import complete_external_step
+from .reads import (
+    WorkflowHandle,
+    get_workflow_run,
+    list_workflow_runs,
+    list_workflow_steps,
+    workflow_handle,
+)
+from .release import step_context
+from .retry import retry_workflow
 from .start import start_workflow
 
-__all__ = ["StepHandle", "Workflow", "start_workflow"]
+__all__ = [
+    "StepHandle",
+    "Workflow",
+    "WorkflowHandle",
+    "cancel_workflow",
+    "complete_external_step",
+    "get_workflow_run",
+    "list_workflow_runs",
+    "list_workflow_steps",
+    "retry_workflow",
+    "start_workflow",
+    "step_context",
+    "workflow_handle",
+]

@@ -117,6 +117,7 @@ def _start(cursor: Any, prepared: PreparedWorkflow) -> WorkflowStart:
         "result_step_key": prepared.result_step_key,
         "steps_total": len(prepared.steps),
         "steps_waiting": roots_external,
+        "steps_succeeded": 0,
     }
     sql = workflow_queries.INSERT_RUN
     if keyed:
@@ -259,4 +260,7 @@ def _graph_params(
         "edge_from": edge_from,
         "edge_to": edge_to,
         "edge_modes": edge_modes,
+        "totals": pending,
+        "carried": [False] * len(ids),
+        "outputs": [None] * len(ids),
     }

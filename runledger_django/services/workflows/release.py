@@ -1,0 +1,264 @@
+"""Finishing steps and propagating (reference 3.3): the hook the job lifecycle calls, inside
+the transaction of a workflow job's terminal write, and the propagation that external
+completions and recoveries share.
+
+Everything here requires the caller's transaction: the dependents' release commits with the
+prerequisite's SUCCEEDED (or FAILED, CANCELED), so a crash never loses or doubles a release.
+A plain job never gets here: the lifecycle calls in only when its statement returned a
+workflow step id.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+
+from ...db import workflow_queries
+from ...db.transaction import (
+    LOCK_TIMEOUT,
+    cap_timeout,
+    ensure_read_committed,
+    execute,
+    restore_setting,
+)
+from ...domain import JobStatus, WorkflowRunStatus, WorkflowStepStatus
+from ...errors import Code, RunledgerError
+from ..wakeup import JOBS_CHANNEL, wake_after_commit
+
+RELEASE_LOCK_CAP_MS = 5_000
+"""How long a completion waits for the run's release lock while a cancellation holds it
+(reference 3.3 step 4); a stricter lock_timeout of the caller is kept."""
+LOCK_NOT_AVAILABLE = "55P03"
+_LOCK_NAMESPACE = 0x7275_6E6C_0000_0000
+
+JOB_OUTCOMES = {
+    JobStatus.SUCCEEDED.value: WorkflowStepStatus.SUCCEEDED.value,
+    JobStatus.DEAD_LETTERED.value: WorkflowStepStatus.FAILED.value,
+    JobStatus.CANCELED.value: WorkflowStepStatus.CANCELED.value,
+}
+"""A workflow job's terminal status and the step outcome it means (reference 2.2)."""
+
+
+_CHECKED_SESSION = "runledger_workflow_read_committed_session"
+
+
+def ensure_session_read_committed(using: str) -> None:
+    """A workflow job's terminal write in a transaction this package owns: its isolation is
+    the connection's default, read once per database session.
+
+    Raises:
+        RunledgerError: ``workflow.terminal_completion_unsupported_isolation``.
+    """
+    connection = connections[using]
+    session = connection.connection
+    if session is not None and getattr(connection, _CHECKED_SESSION, None) is session:
+        return
+    with connection.cursor() as cursor:
+        ensure_read_committed(
+            cursor,
+            operation="a workflow job's completion",
+            code=Code.WF_TERMINAL_COMPLETION_UNSUPPORTED_ISOLATION,
+        )
+    setattr(connection, _CHECKED_SESSION, connection.connection)
+
+
+def run_lock_key(run_id: uuid.UUID) -> int:
+    """The run's advisory key: its UUID folded to 64 bits (high half XOR low half) XOR a
+    namespace, as a signed bigint (reference 3.13)."""
+    value = run_id.int
+    folded = ((value >> 64) ^ (value & (2**64 - 1))) ^ _LOCK_NAMESPACE
+    return folded - 2**64 if folded >= 2**63 else folded
+
+
+@dataclass(slots=True)
+class RunDelta:
+    """What one transaction did to a run's step counters."""
+
+    succeeded: int = 0
+    failed: int = 0
+    canceled: int = 0
+    waiting: int = 0
+    released_jobs: int = 0
+    finished: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+    """(step id, outcome) pairs whose dependents still have to be told."""
+
+    def count(self, outcome: str) -> None:
+        if outcome == WorkflowStepStatus.SUCCEEDED:
+            self.succeeded += 1
+        elif outcome == WorkflowStepStatus.FAILED:
+            self.failed += 1
+        else:
+            self.canceled += 1
+
+
+@dataclass(frozen=True, slots=True)
+class RunTransition:
+    previous: WorkflowRunStatus
+    status: WorkflowRunStatus
+    fail_fast: bool
+
+
+def on_jobs_terminal(
+    finished: Iterable[tuple[uuid.UUID, str]], *, using: str
+) -> dict[uuid.UUID, RunTransition]:
+    """Finish the steps of workflow jobs that just reached a terminal job status, then release
+    or cancel their dependents and move their runs' counters.
+
+    ``finished`` holds (workflow step id, job status) pairs. A step that is already terminal
+    (its run was canceled while the job ran) is left alone.
+
+    Transaction: requires the caller's atomic block (the job's terminal write), READ
+    COMMITTED (the lifecycle checks it).
+
+    Raises:
+        RunledgerError: ``workflow.release_conflict`` (a cancellation held the run's release
+            lock for 5 s; the caller rolls back and the job stays LEASED);
+            ``workflow.internal_state`` (an edge leaves its run: nothing may commit).
+    """
+    pairs = [(step_id, JOB_OUTCOMES[status]) for step_id, status in finished]
+    if not pairs:
+        return {}
+    connection = connections[using]
+    with connection.cursor() as cursor:
+        rows = execute(
+            cursor,
+            workflow_queries.FINISH_JOB_STEPS,
+            {
+                "step_ids": [step_id for step_id, _ in pairs],
+                "outcomes": [outcome for _, outcome in pairs],
+            },
+            context="finish workflow steps",
+        ).fetchall()
+        deltas: dict[uuid.UUID, RunDelta] = defaultdict(RunDelta)
+        for step_id, run_id, status in rows:
+            delta = deltas[run_id]
+            delta.count(status)
+            delta.finished.append((step_id, status))
+        return propagate_runs(cursor, deltas, using=using)
+
+
+def propagate_runs(
+    cursor: Any, deltas: dict[uuid.UUID, RunDelta], *, using: str, lock_held: bool = False
+) -> dict[uuid.UUID, RunTransition]:
+    """Propagate each run's finished steps and apply its counters, runs in id order.
+
+    ``lock_held``: the caller already holds the run's release lock (an external completion
+    took it without waiting).
+    """
+    transitions: dict[uuid.UUID, RunTransition] = {}
+    if not deltas:
+        return transitions
+    previous = cap_timeout(cursor, LOCK_TIMEOUT, RELEASE_LOCK_CAP_MS)
+    try:
+        for run_id in sorted(deltas):
+            delta = deltas[run_id]
+            if not lock_held:
+                _lock_run_shared(cursor, run_id)
+            _propagate(cursor, run_id, delta)
+            transitions[run_id] = apply_run_delta(cursor, run_id, delta)
+    finally:
+        if not connections[using].needs_rollback:
+            restore_setting(cursor, LOCK_TIMEOUT, previous)
+    if any(delta.released_jobs for delta in deltas.values()):
+        wake_after_commit(using, JOBS_CHANNEL)
+    return transitions
+
+
+def _lock_run_shared(cursor: Any, run_id: uuid.UUID) -> None:
+    try:
+        execute(
+            cursor,
+            workflow_queries.LOCK_RUN_SHARED,
+            {"lock_key": run_lock_key(run_id)},
+            context="lock workflow run for release",
+        )
+    except RunledgerError as error:
+        if error.sqlstate == LOCK_NOT_AVAILABLE:
+            raise RunledgerError.for_code(
+                Code.WF_RELEASE_CONFLICT,
+                f"run {run_id} is being canceled; its release lock was not granted",
+                sqlstate=LOCK_NOT_AVAILABLE,
+            ) from error
+        raise
+
+
+def _propagate(cursor: Any, run_id: uuid.UUID, delta: RunDelta) -> None:
+    """Breadth-first: each level releases or cancels the dependents that became ready; the
+    canceled ones are the next level's finished steps (reference 3.3 step 5)."""
+    level: Sequence[tuple[uuid.UUID, str]] = delta.finished
+    while level:
+        rows = execute(
+            cursor,
+            workflow_queries.PROPAGATE,
+            {
+                "run_id": run_id,
+                "step_ids": [step_id for step_id, _ in level],
+                "outcomes": [outcome for _, outcome in level],
+            },
+            context="propagate workflow steps",
+        ).fetchall()
+        if any(row[2] for row in rows):
+            raise RunledgerError.for_code(
+                Code.WF_INTERNAL_STATE, f"an edge of run {run_id} leads to another run"
+            )
+        level = []
+        for step_id, next_status, _ in rows:
+            if next_status == WorkflowStepStatus.ENQUEUED:
+                delta.released_jobs += 1
+            elif next_status == WorkflowStepStatus.WAITING_FOR_EXTERNAL:
+                delta.waiting += 1
+            elif next_status == WorkflowStepStatus.CANCELED:
+                delta.canceled += 1
+                level.append((step_id, WorkflowStepStatus.CANCELED.value))
+    delta.finished = []
+
+
+def apply_run_delta(
+    cursor: Any, run_id: uuid.UUID, delta: RunDelta, *, cancel: bool = False
+) -> RunTransition:
+    """Move the run's counters by ``delta`` and derive its status (``cancel``: CANCELED)."""
+    row = execute(
+        cursor,
+        workflow_queries.RUN_TRANSITION,
+        {
+            "run_id": run_id,
+            "d_succeeded": delta.succeeded,
+            "d_failed": delta.failed,
+            "d_canceled": delta.canceled,
+            "d_waiting": delta.waiting,
+            "cancel": cancel,
+        },
+        context="move workflow run counters",
+    ).fetchone()
+    if row is None:
+        raise RunledgerError.for_code(Code.WF_INTERNAL_STATE, f"run {run_id} has no row")
+    return RunTransition(
+        previous=WorkflowRunStatus(row[0]), status=WorkflowRunStatus(row[1]), fail_fast=row[2]
+    )
+
+
+def step_context(step_id: uuid.UUID, *, using: str) -> tuple[uuid.UUID, str, dict[str, Any]]:
+    """(run id, step key, upstream outputs by step key) of a workflow job's step.
+
+    Transaction: one read (or the caller's atomic block).
+
+    Raises:
+        RunledgerError: ``workflow.internal_state`` when the step is gone.
+    """
+    import json
+
+    with connections[using].cursor() as cursor:
+        row = execute(
+            cursor,
+            workflow_queries.STEP_CONTEXT,
+            {"step_id": step_id},
+            context="read workflow step context",
+        ).fetchone()
+    if row is None:
+        raise RunledgerError.for_code(Code.WF_INTERNAL_STATE, f"step {step_id} does not exist")
+    return row[0], row[1], json.loads(row[2])
