@@ -20,6 +20,7 @@ from runledger_django import Workflow, start_workflow
 from runledger_django.admin import workflows as workflow_admin
 from runledger_django.models import Job, WorkflowRun, WorkflowStep
 from runledger_django.services.claim import claim_jobs
+from runledger_django.services.lifecycle import complete_job_success
 from tests.conftest import MakeDefinition
 
 pytestmark = pytest.mark.django_db
@@ -359,3 +360,167 @@ def test_run_page__a_job_removed_by_retention__step_still_listed(
     assert response.status_code == 200
     rows = {row.key: row for row in response.context["runledger_steps"]}
     assert rows["charge"].job_href is None
+
+
+# --- cancel and retry ---------------------------------------------------------------------------
+
+
+def cancel_url(run_id: uuid.UUID) -> str:
+    return reverse("admin:runledger_workflowrun_cancel", args=(run_id,))
+
+
+def retry_url(run_id: uuid.UUID) -> str:
+    return reverse("admin:runledger_workflowrun_retry", args=(run_id,))
+
+
+def statuses(run_id: uuid.UUID) -> dict[str, str]:
+    return dict(
+        WorkflowStep.objects.filter(workflow_run_id=run_id).values_list("step_key", "status")
+    )
+
+
+def test_buttons__offered_by_permission_and_status(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    running = fulfil(1)
+    viewer = staff_client("view_workflowrun")
+    page = viewer.get(run_url(running)).content.decode()
+    assert "runledger-cancel-run" not in page and "runledger-retry-run" not in page
+
+    operator = User.objects.create_user("operator", is_staff=True)
+    operator.user_permissions.add(
+        *Permission.objects.filter(
+            codename__in=["view_workflowrun", "cancel_workflowrun", "retry_workflowrun"]
+        )
+    )
+    viewer.force_login(operator)
+    page = viewer.get(run_url(running)).content.decode()
+    assert 'id="runledger-cancel-run"' in page
+    assert "runledger-retry-run" not in page  # a running run cannot be retried
+
+
+def test_cancel_button__needs_post_and_its_permission(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    run_id = fulfil(1)
+    client = staff_client("view_workflowrun", "retry_workflowrun")
+
+    assert client.get(cancel_url(run_id)).status_code == 405
+    assert client.post(cancel_url(run_id)).status_code == 403
+    assert WorkflowRun.objects.get(id=run_id).status == "RUNNING"
+
+
+def test_cancel_button__cancels_every_unfinished_step(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    run_id = fulfil(1)
+    client = staff_client("view_workflowrun", "cancel_workflowrun")
+
+    response = client.post(cancel_url(run_id), follow=True)
+
+    assert response.redirect_chain == [(run_url(run_id), 302)]
+    assert WorkflowRun.objects.get(id=run_id).status == "CANCELED"
+    assert set(statuses(run_id).values()) == {"CANCELED"}
+    assert "Canceled 1 workflow run." in response.content.decode()
+    assert not Job.objects.filter(status="PENDING").exists()
+    page = response.content.decode()
+    assert "runledger-cancel-run" not in page  # nothing left to cancel
+
+
+def test_cancel_action__selection__each_run_reported(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    first, second = fulfil(1), fulfil(2)
+    flow = Workflow("orders.single")
+    flow.step("only", CHARGE)
+    done = start_workflow(flow).run_id
+    for claimed in claim_jobs([CHARGE], worker_id="w1", limit=3, lease_seconds=60):
+        if claimed.lease.workflow_step_id in WorkflowStep.objects.filter(
+            workflow_run_id=done
+        ).values_list("id", flat=True):
+            complete_job_success(claimed.lease, output={"ok": True})
+    assert WorkflowRun.objects.get(id=done).status == "SUCCEEDED"
+    client = staff_client("view_workflowrun", "cancel_workflowrun")
+
+    response = client.post(
+        RUNS_URL,
+        {
+            "action": "cancel_selected_runs",
+            "_selected_action": [str(first), str(second), str(done)],
+        },
+        follow=True,
+    )
+
+    content = response.content.decode()
+    assert WorkflowRun.objects.get(id=first).status == "CANCELED"
+    assert WorkflowRun.objects.get(id=second).status == "CANCELED"
+    assert WorkflowRun.objects.get(id=done).status == "SUCCEEDED"
+    assert "Canceled 2 workflow runs." in content
+    assert "1 run was not canceled: it had already succeeded." in content
+
+
+def test_cancel_action__without_permission__not_offered(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    run_id = fulfil(1)
+    client = staff_client("view_workflowrun")
+
+    response = client.get(RUNS_URL)
+    assert "cancel_selected_runs" not in response.content.decode()
+    client.post(RUNS_URL, {"action": "cancel_selected_runs", "_selected_action": [str(run_id)]})
+    assert WorkflowRun.objects.get(id=run_id).status == "RUNNING"
+
+
+def test_retry_button__makes_one_recovery_run_and_opens_it(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    run_id = fulfil(1)
+    client = staff_client("view_workflowrun", "cancel_workflowrun", "retry_workflowrun")
+    client.post(cancel_url(run_id))
+    assert 'id="runledger-retry-run"' in client.get(run_url(run_id)).content.decode()
+
+    first = client.post(retry_url(run_id), follow=True)
+    again = client.post(retry_url(run_id), follow=True)
+
+    [recovery] = WorkflowRun.objects.exclude(id=run_id).values_list("id", flat=True)
+    assert first.redirect_chain == [(run_url(recovery), 302)]
+    assert again.redirect_chain == [(run_url(recovery), 302)]
+    assert "Retried 1 workflow run." in first.content.decode()
+    assert "it had already been retried" in again.content.decode()
+    assert WorkflowRun.objects.get(id=recovery).status == "RUNNING"
+    assert WorkflowRun.objects.get(id=run_id).status == "CANCELED"  # the source is untouched
+    assert statuses(recovery) == {
+        "charge": "ENQUEUED",
+        "reserve": "ENQUEUED",
+        "ship": "BLOCKED",
+        "notify": "BLOCKED",
+    }
+    page = first.content.decode()
+    assert f'class="runledger-recovered-from" href="{run_url(run_id)}"' in page
+    source_page = client.get(run_url(run_id)).content.decode()
+    assert f'class="runledger-recovery-run" href="{run_url(recovery)}"' in source_page
+
+
+def test_retry_button__running_run__refused_with_the_reason(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    run_id = fulfil(1)
+    client = staff_client("view_workflowrun", "retry_workflowrun")
+
+    assert client.get(retry_url(run_id)).status_code == 405
+    response = client.post(retry_url(run_id), follow=True)
+
+    assert response.redirect_chain == [(run_url(run_id), 302)]
+    assert "1 run was not retried: not finished, or it succeeded." in response.content.decode()
+    assert WorkflowRun.objects.count() == 1
+
+
+def test_retry_button__without_permission__forbidden(
+    staff_client: StaffClient, definitions: None
+) -> None:
+    run_id = fulfil(1)
+    client = staff_client("view_workflowrun", "cancel_workflowrun")
+    client.post(cancel_url(run_id))
+
+    assert client.post(retry_url(run_id)).status_code == 403
+    assert WorkflowRun.objects.count() == 1

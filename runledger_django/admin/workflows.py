@@ -1,6 +1,8 @@
 """The workflow runs' admin: the changelist (filters by status and workflow type, search by id or
 idempotency key, a bounded count) and a run's page with its graph drawn as SVG
-(``workflow_graph``), its steps with their jobs, and its recovery lineage.
+(``workflow_graph``), its steps with their jobs, and its recovery lineage; the actions cancel
+and retry (the services ``cancel_workflow`` and ``retry_workflow``), each behind its own
+permission, on the list and as buttons on a run's page.
 
 The run table grows like the job table, so the changelist follows the large tables' rules
 (``shared.LargeTableAdmin``): no unbounded COUNT, no facets, creation order only. A run's page
@@ -10,18 +12,23 @@ reads its steps, edges and their jobs in three bounded queries.
 from __future__ import annotations
 
 import uuid
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from ..domain import JobStatus, WorkflowStepStatus
+from ..domain import JobStatus, ReadScope, WorkflowRunStatus, WorkflowStepStatus
+from ..errors import Code, RunledgerError
 from ..models import Job, WorkflowRecovery, WorkflowRun, WorkflowStep, WorkflowStepDependency
+from ..services.workflows import cancel_workflow, retry_workflow
 from .shared import LargeTableAdmin, admin_link, json_block
 from .workflow_graph import GraphEdge, GraphNode, render_svg
 
@@ -34,6 +41,24 @@ TYPES_FROM_RECENT_RUNS = 1000
 """The workflow type filter offers the types of this many newest runs (an index-ordered read,
 never a DISTINCT over the whole table); any other type can be typed as ``?workflow_type=``."""
 KEY_SEARCH_LIMIT = 100
+ACTION_LIMIT = 200
+"""Most runs one cancel or retry action acts on; each is its own transaction."""
+RETRY_REQUEST_KEY = "admin"
+RETRY_REASON = "retried from the admin"
+"""One key and reason for every admin retry: retrying the same run again (a double click, two
+operators) returns the recovery run already made; retry that one to go on."""
+
+WORKFLOW_CANCEL_URL_NAME = "runledger_workflowrun_cancel"
+WORKFLOW_RETRY_URL_NAME = "runledger_workflowrun_retry"
+_UNFINISHED = (WorkflowRunStatus.RUNNING, WorkflowRunStatus.WAITING_FOR_EXTERNAL)
+_RETRYABLE = (WorkflowRunStatus.COMPLETED_WITH_ERRORS, WorkflowRunStatus.CANCELED)
+_ACTION_ERRORS: dict[str, str] = {
+    Code.WF_RUN_NOT_FOUND: "gone",
+    Code.WF_RELEASE_CONFLICT: "being changed by another operation; try again",
+    Code.WF_RETRY_SOURCE_NOT_TERMINAL: "not finished, or it succeeded",
+    Code.WF_RECOVERY_ACTIVE_CONSTRAINT: "its active key is held by another running run",
+    Code.WF_RECOVERY_REQUEST_CONFLICT: "already retried another way",
+}
 
 
 class WorkflowTypeFilter(admin.SimpleListFilter):
@@ -102,6 +127,7 @@ class WorkflowRunAdmin(LargeTableAdmin):
         "finished_at",
     )
     list_filter = ("status", WorkflowTypeFilter)
+    actions = ("cancel_selected_runs", "retry_selected_runs")
     search_help_text = "An exact idempotency key, or an exact run id (UUID)."
     json_columns = ("metadata", "enqueue_request", "result")
     fieldsets = (
@@ -141,6 +167,14 @@ class WorkflowRunAdmin(LargeTableAdmin):
         "metadata_json",
         "enqueue_request_json",
     )
+
+    # --- permissions of the actions (custom model permissions, not "change") ------------------
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.cancel_workflowrun")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.retry_workflowrun")
 
     def ids_by_key(self, key: str) -> list[uuid.UUID]:
         """Runs started under ``key``, whatever their type and tenant (split by tenant kind so
@@ -185,6 +219,7 @@ class WorkflowRunAdmin(LargeTableAdmin):
 
     @admin.display(description="retried as")
     def recoveries_links(self, obj: WorkflowRun) -> SafeString | str:
+        name = "runledger_workflowrun_change"
         runs = list(
             WorkflowRecovery.objects.filter(source_run_id=obj.id)
             .order_by("-created_at")
@@ -192,23 +227,11 @@ class WorkflowRunAdmin(LargeTableAdmin):
         )
         if not runs:
             return "-"
-        return format_html_join(
-            ", ",
-            "{}",
-            (
-                (
-                    format_html(
-                        admin_link(
-                            self.admin_site,
-                            "runledger_workflowrun_change",
-                            run_id,
-                            "runledger-recovery-run",
-                        )
-                    ),
-                )
-                for run_id in runs
-            ),
+        links = (
+            (admin_link(self.admin_site, name, run_id, "runledger-recovery-run"),)
+            for run_id in runs
         )
+        return format_html_join(", ", "{}", links)
 
     @admin.display(description="result")
     def result_json(self, obj: WorkflowRun) -> SafeString | str:
@@ -319,6 +342,115 @@ class WorkflowRunAdmin(LargeTableAdmin):
                 )
         return RunPicture(rows=rows, edges=edges, svg=svg, listed_all=listed_all)
 
+    # --- cancel and retry ------------------------------------------------------------------
+
+    @admin.action(description="Cancel the selected workflow runs", permissions=["cancel"])
+    def cancel_selected_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
+        self._act_on_selection(request, queryset, "cancel")
+
+    @admin.action(description="Retry the selected workflow runs", permissions=["retry"])
+    def retry_selected_runs(self, request: HttpRequest, queryset: QuerySet[WorkflowRun]) -> None:
+        self._act_on_selection(request, queryset, "retry")
+
+    def _act_on_selection(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRun], name: str
+    ) -> None:
+        run_ids = list(queryset.order_by().values_list("pk", flat=True)[: ACTION_LIMIT + 1])
+        if len(run_ids) > ACTION_LIMIT:
+            self.message_user(
+                request,
+                f"Select at most {ACTION_LIMIT} runs for one {name}; nothing was changed. "
+                "Narrow the list with a filter first.",
+                messages.ERROR,
+            )
+            return
+        self._act(request, run_ids, name)
+
+    def _act(self, request: HttpRequest, run_ids: list[uuid.UUID], name: str) -> list[Any]:
+        """Run one action on each run, each in its own transaction; report what happened.
+        Returns what the service returned for each run it did not refuse."""
+        service: Callable[[uuid.UUID], Any] = _cancel if name == "cancel" else _retry
+        past = "canceled" if name == "cancel" else "retried"
+        results: list[Any] = []
+        unchanged: Counter[str] = Counter()
+        refused: Counter[str] = Counter()
+        for run_id in run_ids:
+            try:
+                result = service(run_id)
+            except RunledgerError as error:
+                refused[_ACTION_ERRORS.get(error.code, error.client_message)] += 1
+                continue
+            results.append(result)
+            if name == "cancel" and result != WorkflowRunStatus.CANCELED:
+                unchanged[f"it had already {str(result).lower().replace('_', ' ')}"] += 1
+                continue
+            if name == "retry" and result.disposition == "existing":
+                unchanged["it had already been retried; retry its recovery run to go on"] += 1
+                continue
+            run = WorkflowRun(pk=run_id)
+            message = (
+                "Canceled (admin action)"
+                if name == "cancel"
+                else f"Retried as run {result.run_id} (admin action)"
+            )
+            self.log_change(request, run, message)
+        done = len(results) - sum(unchanged.values())
+        if done:
+            noun = "run" if done == 1 else "runs"
+            self.message_user(
+                request, f"{past.capitalize()} {done} workflow {noun}.", messages.SUCCESS
+            )
+        for reason, count in sorted(unchanged.items()):
+            noun = "run was" if count == 1 else "runs were"
+            self.message_user(request, f"{count} {noun} not {past}: {reason}.", messages.INFO)
+        for reason, count in sorted(refused.items()):
+            noun = "run was" if count == 1 else "runs were"
+            self.message_user(request, f"{count} {noun} not {past}: {reason}.", messages.WARNING)
+        return results
+
+    def get_urls(self) -> list[URLPattern]:
+        urls = [
+            path(
+                "<uuid:object_id>/cancel/",
+                self.admin_site.admin_view(self.cancel_view),
+                name=WORKFLOW_CANCEL_URL_NAME,
+            ),
+            path(
+                "<uuid:object_id>/retry/",
+                self.admin_site.admin_view(self.retry_view),
+                name=WORKFLOW_RETRY_URL_NAME,
+            ),
+        ]
+        return [*urls, *super().get_urls()]
+
+    def cancel_view(self, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
+        """The Cancel run button: POST only, with its own permission; back to the run."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not (self.has_view_permission(request) and self.has_cancel_permission(request)):
+            raise PermissionDenied
+        self._act(request, [object_id], "cancel")
+        return self._run_page(object_id)
+
+    def retry_view(self, request: HttpRequest, object_id: uuid.UUID) -> HttpResponse:
+        """The Retry run button: POST only, with its own permission; on to the recovery run
+        (the same one for a second click)."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if not (self.has_view_permission(request) and self.has_retry_permission(request)):
+            raise PermissionDenied
+        results = self._act(request, [object_id], "retry")
+        return self._run_page(results[0].run_id if results else object_id)
+
+    def _run_page(self, run_id: uuid.UUID) -> HttpResponse:
+        return HttpResponseRedirect(
+            reverse(
+                "admin:runledger_workflowrun_change",
+                args=(run_id,),
+                current_app=self.admin_site.name,
+            )
+        )
+
     def render_change_form(
         self,
         request: HttpRequest,
@@ -335,7 +467,23 @@ class WorkflowRunAdmin(LargeTableAdmin):
             context["runledger_steps_listed_all"] = picture.listed_all
             context["runledger_steps_shown"] = STEPS_SHOWN
             context["runledger_graph_max_steps"] = GRAPH_MAX_STEPS
+            context["runledger_may_cancel"] = (
+                obj.status in _UNFINISHED and self.has_cancel_permission(request)
+            )
+            context["runledger_may_retry"] = obj.status in _RETRYABLE and self.has_retry_permission(
+                request
+            )
         return super().render_change_form(request, context, add, change, form_url, obj)
+
+
+def _cancel(run_id: uuid.UUID) -> WorkflowRunStatus:
+    return cancel_workflow(run_id, scope=ReadScope.ADMIN)
+
+
+def _retry(run_id: uuid.UUID) -> Any:
+    return retry_workflow(
+        run_id, scope=ReadScope.ADMIN, request_key=RETRY_REQUEST_KEY, reason=RETRY_REASON
+    )
 
 
 def _detail(row: StepRow) -> str:
