@@ -201,6 +201,10 @@ def test_changelist__search__exact_idempotency_key_or_run_id(
     assert listed_ids(admin_client.get(RUNS_URL, {"q": " fulfil:2 "})) == [tenant]
     assert listed_ids(admin_client.get(RUNS_URL, {"q": "fulfil"})) == []
     assert listed_ids(admin_client.get(RUNS_URL, {"q": str(unkeyed)})) == [unkeyed]
+    refund = fulfil(4, workflow_type="orders.refund", idempotency_key="fulfil:1")
+    assert listed_ids(admin_client.get(RUNS_URL, {"q": "fulfil:1"})) == [refund, keyed]
+    in_type = {"q": "fulfil:1", "workflow_type": "orders.refund"}
+    assert listed_ids(admin_client.get(RUNS_URL, in_type)) == [refund]
 
 
 def test_changelist__queries__few_and_no_unbounded_count(

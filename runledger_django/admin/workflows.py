@@ -19,7 +19,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html_join
@@ -177,14 +177,36 @@ class WorkflowRunAdmin(LargeTableAdmin):
         return request.user.has_perm(f"{self.opts.app_label}.retry_workflowrun")
 
     def ids_by_key(self, key: str) -> list[uuid.UUID]:
-        """Runs started under ``key``, whatever their type and tenant (split by tenant kind so
-        each half can use its partial unique index)."""
+        return self.run_ids_by_key(key, None)
+
+    def run_ids_by_key(self, key: str, workflow_type: str | None) -> list[uuid.UUID]:
+        """Runs started under ``key``, in any tenant; in any type unless the type filter is
+        set (then the partial unique indexes, which lead with the type, answer it). Split by
+        tenant kind so each half matches one of those indexes."""
         if not key or "\x00" in key:
             return []
-        found = WorkflowRun.objects.filter(
-            self.by_organization_kind(idempotency_key=key)
-        ).values_list("id", flat=True)
+        lookups: dict[str, Any] = {"idempotency_key": key}
+        if workflow_type:
+            lookups["workflow_type"] = workflow_type
+        found = WorkflowRun.objects.filter(self.by_organization_kind(**lookups)).values_list(
+            "id", flat=True
+        )
         return list(found[:KEY_SEARCH_LIMIT])
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """An exact key (within the selected workflow type, if any) or an exact run id."""
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        workflow_type = request.GET.get(WorkflowTypeFilter.parameter_name) or None
+        condition = Q(pk__in=self.run_ids_by_key(term, workflow_type))
+        try:
+            condition |= Q(pk=uuid.UUID(term))
+        except ValueError:
+            pass
+        return queryset.filter(condition), False
 
     # --- columns and fields ----------------------------------------------------------------
 
