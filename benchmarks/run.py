@@ -40,6 +40,11 @@ SHAPES = {
     "k": ("record_intent's cost of migration 0007's index and CHECK", "benchmarks.shape_k"),
     "s": ("periodic schedules: fires/s, the due pass, latency, idle", "benchmarks.shape_s"),
     "o": ("exactly-once: atomic no-op drain rate against a plain one", "benchmarks.shape_o"),
+    "q": ("workflow graph starts: 10 to 600 steps, against the seed", "benchmarks.shape_q"),
+    "r": (
+        "workflow cost: 1,000-step fan-out/fan-in drain against plain jobs",
+        "benchmarks.shape_r",
+    ),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
     "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),

@@ -855,10 +855,6 @@ CONSTRAINTS.update(
             "runledger_workflow_step_dependencies",
             "FOREIGN KEY (workflow_run_id, prerequisite_step_id) REFERENCES runledger_workflow_steps(workflow_run_id, id) ON DELETE CASCADE",
         ),
-        "fk_workflow_edges_run": (
-            "runledger_workflow_step_dependencies",
-            "FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs(id) ON DELETE CASCADE",
-        ),
         "fk_workflow_mutations_run": (
             "runledger_workflow_run_mutations",
             "FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs(id) ON DELETE CASCADE",
@@ -941,7 +937,6 @@ CONTRACT_INDEXES.update(
     {
         "idx_job_queue_workflow_step": "CREATE INDEX idx_job_queue_workflow_step ON public.runledger_job_queue USING btree (workflow_step_id) WHERE (workflow_step_id IS NOT NULL)",
         "idx_workflow_edges_dependent": "CREATE INDEX idx_workflow_edges_dependent ON public.runledger_workflow_step_dependencies USING btree (dependent_step_id)",
-        "idx_workflow_edges_run": "CREATE INDEX idx_workflow_edges_run ON public.runledger_workflow_step_dependencies USING btree (workflow_run_id)",
         "idx_workflow_recoveries_source": "CREATE INDEX idx_workflow_recoveries_source ON public.runledger_workflow_recoveries USING btree (source_run_id)",
         "idx_workflow_runs_created": "CREATE INDEX idx_workflow_runs_created ON public.runledger_workflow_runs USING btree (created_at DESC, id DESC)",
         "idx_workflow_runs_organization": "CREATE INDEX idx_workflow_runs_organization ON public.runledger_workflow_runs USING btree (organization_id, created_at DESC) WHERE (organization_id IS NOT NULL)",

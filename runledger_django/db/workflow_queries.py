@@ -33,12 +33,24 @@ SELECT /* runledger:workflow_lock_active_key */
        pg_advisory_xact_lock(hashtext(%(scope)s), hashtext(%(active_key)s))
 """
 
-# The run holding an active key, if any.
+# The run holding an active key, if any. A claim whose run finished while a canceled job of
+# it still held a live lease was kept (release_pending): once no such lease is live, the key
+# is free and the claim goes (reference 3.11; the next start does what the seed's reaper did).
 ACTIVE_CLAIM: Final[LiteralString] = """
-SELECT claim.workflow_run_id, run.status
+SELECT claim.workflow_run_id, run.status,
+       claim.release_pending AND NOT EXISTS (
+           SELECT 1 FROM runledger_workflow_steps step
+           JOIN runledger_job_queue job ON job.id = step.job_id
+           WHERE step.workflow_run_id = claim.workflow_run_id AND job.status = 'CANCELED'
+             AND job.lease_expires_at > clock_timestamp()) AS releasable
 FROM runledger_workflow_active_claims claim
 JOIN runledger_workflow_runs run ON run.id = claim.workflow_run_id
 WHERE claim.scope = %(scope)s AND claim.active_key = %(active_key)s
+"""
+
+DELETE_ACTIVE_CLAIM: Final[LiteralString] = """
+DELETE FROM runledger_workflow_active_claims
+WHERE scope = %(scope)s AND active_key = %(active_key)s
 """
 
 INSERT_ACTIVE_CLAIM: Final[LiteralString] = """
@@ -226,7 +238,9 @@ agg AS MATERIALIZED (
     GROUP BY edge.dependent_step_id
 ),
 run AS MATERIALIZED (
-    SELECT run.status IN ('RUNNING', 'WAITING_FOR_EXTERNAL') AS open
+    SELECT run.status IN ('RUNNING', 'WAITING_FOR_EXTERNAL') AS open,
+           -- fail_fast: after the first failure nothing more is released, only canceled.
+           run.fail_fast AND (run.steps_failed > 0 OR %(failing)s) AS closing
     FROM runledger_workflow_runs run WHERE run.id = %(run_id)s
 ),
 locked AS MATERIALIZED (
@@ -244,7 +258,8 @@ decided AS MATERIALIZED (
            CASE WHEN locked.status <> 'BLOCKED'
                      OR locked.dependency_count_pending - agg.done > 0
                      OR NOT COALESCE((SELECT open FROM run), false) THEN NULL
-                WHEN locked.dependency_count_unsatisfied + agg.unmet > 0 THEN 'CANCELED'
+                WHEN locked.dependency_count_unsatisfied + agg.unmet > 0
+                     OR (SELECT closing FROM run) THEN 'CANCELED'
                 WHEN locked.execution_kind = 'JOB' THEN 'ENQUEUED'
                 ELSE 'WAITING_FOR_EXTERNAL' END AS next_status
     FROM locked JOIN agg ON agg.id = locked.id
@@ -563,8 +578,9 @@ ORDER BY step.id
 """
 SOURCE_EDGES: Final[LiteralString] = """
 SELECT edge.prerequisite_step_id, edge.dependent_step_id, edge.release_mode
-FROM runledger_workflow_step_dependencies edge
-WHERE edge.workflow_run_id = %(run_id)s
+FROM runledger_workflow_steps step
+JOIN runledger_workflow_step_dependencies edge ON edge.prerequisite_step_id = step.id
+WHERE step.workflow_run_id = %(run_id)s
 ORDER BY edge.id
 """
 

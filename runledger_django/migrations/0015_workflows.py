@@ -30,8 +30,7 @@ ALTER TABLE runledger_job_queue ADD CONSTRAINT fk_job_queue_workflow_step
 CREATE INDEX idx_job_queue_workflow_step ON runledger_job_queue (workflow_step_id)
     WHERE workflow_step_id IS NOT NULL;
 
-ALTER TABLE runledger_workflow_step_dependencies ADD CONSTRAINT fk_workflow_edges_run
-    FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs (id) ON DELETE CASCADE;
+-- The edge's run needs no key of its own: both composite keys name it, through its steps.
 ALTER TABLE runledger_workflow_step_dependencies ADD CONSTRAINT fk_workflow_edges_prerequisite
     FOREIGN KEY (workflow_run_id, prerequisite_step_id)
     REFERENCES runledger_workflow_steps (workflow_run_id, id) ON DELETE CASCADE;
@@ -40,7 +39,6 @@ ALTER TABLE runledger_workflow_step_dependencies ADD CONSTRAINT fk_workflow_edge
     REFERENCES runledger_workflow_steps (workflow_run_id, id) ON DELETE CASCADE;
 CREATE INDEX idx_workflow_edges_dependent
     ON runledger_workflow_step_dependencies (dependent_step_id);
-CREATE INDEX idx_workflow_edges_run ON runledger_workflow_step_dependencies (workflow_run_id);
 
 ALTER TABLE runledger_workflow_run_mutations ADD CONSTRAINT fk_workflow_mutations_run
     FOREIGN KEY (workflow_run_id) REFERENCES runledger_workflow_runs (id) ON DELETE CASCADE;

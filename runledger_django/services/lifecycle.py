@@ -295,11 +295,14 @@ def terminal_write(
         if rows or not retry_when_short:
             return rows
     with transaction.atomic(using=using):
-        workflow_release.ensure_session_read_committed(using)
         with last_statement_of_transaction(using):
             rows = transition(using, sql, {**params, "workflow": True}, context=context)
         steps = finished(rows)
         if steps:
+            # Checked once the statement said it was a workflow job (a plain job's terminal
+            # write is one statement, at any isolation, as it always was); a refusal rolls
+            # the write back with the rest.
+            workflow_release.ensure_session_read_committed(using)
             workflow_release.on_jobs_terminal(steps, using=using)
     return rows
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 
 from runledger_django import ReadScope, RunledgerError, Workflow, cancel_workflow, start_workflow
 from runledger_django.models import Job, WorkflowStep
@@ -271,3 +272,43 @@ def test_terminal_transition__one_notification_none_on_rollback(
 def _drain(listener: psycopg.Connection[Any]) -> list[Any]:
     listener.execute("SELECT 1")  # delivers what arrived before this round trip
     return [json.loads(note.payload) for note in listener.notifies(timeout=0.2)]
+
+
+def test_active_key__concurrent_starts__one_run_the_rest_active(
+    step_types: None, in_thread: InThread
+) -> None:
+    flow = Workflow("keyed")
+    flow.step("only", STEP_TYPE)
+    starters = 24
+    barrier = threading.Barrier(starters)
+
+    def start() -> Any:
+        barrier.wait(10)
+        return start_workflow(flow, active_key="customer:1")
+
+    pool = ThreadPoolExecutor(max_workers=starters)
+    try:
+        futures = [pool.submit(_closing(start)) for _ in range(starters)]
+        outcomes = [future.result(timeout=30) for future in futures]
+    finally:
+        pool.shutdown(wait=True)
+    inserted = [outcome for outcome in outcomes if outcome.disposition == "inserted"]
+    assert len(inserted) == 1
+    assert {outcome.run_id for outcome in outcomes} == {inserted[0].run_id}
+    assert Job.objects.count() == 1
+    # Scopes are independent; the key spans workflow types.
+    tenant = start_workflow(flow, active_key="customer:1", organization_id=uuid.uuid4())
+    assert tenant.disposition == "inserted"
+    other_type = Workflow("other-type")
+    other_type.step("only", STEP_TYPE)
+    assert start_workflow(other_type, active_key="customer:1").run_id == inserted[0].run_id
+
+
+def _closing(fn: Any) -> Any:
+    def run() -> Any:
+        try:
+            return fn()
+        finally:
+            connections.close_all()
+
+    return run

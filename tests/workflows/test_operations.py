@@ -333,3 +333,51 @@ def test_active_key__terminal_run_frees_it(step_types: None) -> None:
     again = start_workflow(flow, active_key="k")
     assert again.disposition == "inserted"
     assert again.run_id != first
+
+
+def test_fail_fast__first_failure_cancels_the_rest(step_types: None) -> None:
+    flow = Workflow("fast", fail_fast=True)
+    flow.step("breaks", STEP_TYPE)
+    slow = flow.step("slow", STEP_TYPE)
+    flow.step("after_slow", STEP_TYPE, after=[slow])
+    flow.step("after_all", STEP_TYPE, after=[slow], when="terminal")
+    run = start_workflow(flow).run_id
+    running = claim_step(run, "slow")
+    fail(run, "breaks")
+    assert statuses(run) == {
+        "breaks": "FAILED",
+        "slow": "CANCELED",
+        "after_slow": "CANCELED",
+        "after_all": "CANCELED",
+    }
+    assert run_row(run)["status"] == "CANCELED"
+    assert Job.objects.get(id=running.lease.job_id).status == "CANCELED"
+    assert Job.objects.count() == 2
+
+
+def test_fail_fast__off__other_branches_go_on(step_types: None) -> None:
+    flow = Workflow("patient")
+    flow.step("breaks", STEP_TYPE)
+    slow = flow.step("slow", STEP_TYPE)
+    flow.step("after_slow", STEP_TYPE, after=[slow])
+    run = start_workflow(flow).run_id
+    fail(run, "breaks")
+    succeed(run, "slow")
+    assert statuses(run)["after_slow"] == "ENQUEUED"
+
+
+def test_active_key__canceled_run_with_live_lease__key_taken_until_it_expires(
+    step_types: None,
+) -> None:
+    flow = Workflow("keyed")
+    flow.step("only", STEP_TYPE)
+    first = start_workflow(flow, active_key="k").run_id
+    running = claim_step(first, "only")
+    cancel_workflow(first, scope=ADMIN)
+    held = start_workflow(flow, active_key="k")
+    assert (held.run_id, held.disposition, held.status) == (first, "active", "CANCELED")
+    Job.objects.filter(id=running.lease.job_id).update(
+        lease_expires_at=run_sql("SELECT now() - interval '1 second'")[0][0]
+    )
+    freed = start_workflow(flow, active_key="k")
+    assert freed.disposition == "inserted"

@@ -10,13 +10,14 @@ workflow step id.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ...db import workflow_queries
 from ...db.transaction import (
@@ -26,9 +27,11 @@ from ...db.transaction import (
     execute,
     restore_setting,
 )
-from ...domain import JobStatus, WorkflowRunStatus, WorkflowStepStatus
+from ...domain import JobStatus, ReadScope, WorkflowRunStatus, WorkflowStepStatus
 from ...errors import Code, RunledgerError
 from ..wakeup import JOBS_CHANNEL, wake_after_commit
+
+logger = logging.getLogger(__name__)
 
 RELEASE_LOCK_CAP_MS = 5_000
 """How long a completion waits for the run's release lock while a cancellation holds it
@@ -160,13 +163,38 @@ def propagate_runs(
             if not lock_held:
                 _lock_run_shared(cursor, run_id)
             _propagate(cursor, run_id, delta)
-            transitions[run_id] = apply_run_delta(cursor, run_id, delta)
+            transition = apply_run_delta(cursor, run_id, delta)
+            transitions[run_id] = transition
+            if transition.fail_fast and delta.failed and not transition.status.is_terminal:
+                _cancel_after_commit(run_id, using)
     finally:
         if not connections[using].needs_rollback:
             restore_setting(cursor, LOCK_TIMEOUT, previous)
     if any(delta.released_jobs for delta in deltas.values()):
         wake_after_commit(using, JOBS_CHANNEL)
     return transitions
+
+
+def _cancel_after_commit(run_id: uuid.UUID, using: str) -> None:
+    """fail_fast: the first failure cancels the rest of the run. Nothing more is released
+    from this commit on (propagation cancels what becomes ready); the jobs already enqueued
+    are canceled, and running handlers fenced, by a run cancel right after the commit, with
+    the cancel's own lock order (taking other job rows here could deadlock with their
+    completions)."""
+    from .cancel import cancel_workflow
+
+    def cancel() -> None:
+        try:
+            cancel_workflow(run_id, scope=ReadScope.ADMIN, using=using)
+        except RunledgerError as error:
+            # Not lost: nothing more is released, and the run still ends terminal.
+            logger.warning(
+                "fail_fast could not cancel a workflow run run_id=%s error_code=%s",
+                run_id,
+                error.code,
+            )
+
+    transaction.on_commit(cancel, using=using)
 
 
 def _lock_run_shared(cursor: Any, run_id: uuid.UUID) -> None:
@@ -199,6 +227,7 @@ def _propagate(cursor: Any, run_id: uuid.UUID, delta: RunDelta) -> None:
                 "run_id": run_id,
                 "step_ids": [step_id for step_id, _ in level],
                 "outcomes": [outcome for _, outcome in level],
+                "failing": delta.failed > 0,
             },
             context="propagate workflow steps",
         ).fetchall()

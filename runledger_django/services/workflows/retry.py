@@ -102,7 +102,10 @@ def _retry(cursor: Any, params: dict[str, Any], request_key: str, reason: str) -
     if active_key is not None:
         claim = {"scope": scope, "active_key": active_key}
         execute(cursor, workflow_queries.LOCK_ACTIVE_KEY, claim, context=context)
-        if execute(cursor, workflow_queries.ACTIVE_CLAIM, claim, context=context).fetchone():
+        held = execute(cursor, workflow_queries.ACTIVE_CLAIM, claim, context=context).fetchone()
+        if held is not None and held[2]:
+            execute(cursor, workflow_queries.DELETE_ACTIVE_CLAIM, claim, context=context)
+        elif held is not None:
             raise RunledgerError.for_code(
                 Code.WF_RECOVERY_ACTIVE_CONSTRAINT, "another run holds the active key"
             )

@@ -90,7 +90,9 @@ def _start(cursor: Any, prepared: PreparedWorkflow) -> WorkflowStart:
         row = execute(
             cursor, workflow_queries.ACTIVE_CLAIM, params, context="read active key"
         ).fetchone()
-        if row is not None:
+        if row is not None and row[2]:
+            execute(cursor, workflow_queries.DELETE_ACTIVE_CLAIM, params, context="free key")
+        elif row is not None:
             return WorkflowStart(
                 run_id=row[0], status=WorkflowRunStatus(row[1]), disposition="active"
             )

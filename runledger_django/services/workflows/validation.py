@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from ...domain import (
@@ -46,9 +46,10 @@ _NO_ID = uuid.UUID(int=0)
 _MODES = {"success": WorkflowReleaseMode.ON_SUCCESS, "terminal": WorkflowReleaseMode.ON_TERMINAL}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PreparedStep:
     id: uuid.UUID
+    """Set once the order is known (``prepare_workflow``)."""
     key: str
     kind: WorkflowStepKind
     job_type: str | None
@@ -60,6 +61,8 @@ class PreparedStep:
     timeout_seconds: int | None
     execution_resource_key: str | None
     after: tuple[tuple[str, WorkflowReleaseMode], ...]
+    value: Any = None
+    """The payload as given (JSON-native), for the canonical request."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,15 +122,15 @@ def _payload(value: object) -> str:
         raise _fail(Code.WF_INVALID_DAG_STEP_PAYLOAD, error.internal_message) from None
 
 
-def _target(declaration: StepDeclaration) -> tuple[str, str, int | None]:
-    """(job type, payload JSON, the target's own priority) of a job step."""
+def _target(declaration: StepDeclaration) -> tuple[str, str, int | None, Any]:
+    """(job type, payload JSON, the target's own priority, the payload) of a job step."""
     target = declaration.target
     if isinstance(target, str):
         try:
             job_type = validate_job_type(target)
         except RunledgerError as error:
             raise _fail(Code.WF_INVALID_DAG_JOB_TYPE_BLANK, error.internal_message) from None
-        return job_type, _payload(declaration.payload), None
+        return job_type, _payload(declaration.payload), None, declaration.payload
     maker = getattr(target, "job_target", None)
     if not callable(maker):
         raise _fail(
@@ -151,7 +154,7 @@ def _target(declaration: StepDeclaration) -> tuple[str, str, int | None]:
         job_type = validate_job_type(spec.job_type)
     except RunledgerError as error:
         raise _fail(Code.WF_INVALID_DAG_JOB_TYPE_BLANK, error.internal_message) from None
-    return job_type, _payload(spec.payload), _priority(spec.priority)
+    return job_type, _payload(spec.payload), _priority(spec.priority), spec.payload
 
 
 def _dependency_key(item: object, flow: Workflow) -> str:
@@ -199,7 +202,7 @@ def _step(declaration: StepDeclaration, flow: Workflow) -> PreparedStep:
             execution_resource_key=None,
             after=tuple(after),
         )
-    job_type, payload, target_priority = _target(declaration)
+    job_type, payload, target_priority, value = _target(declaration)
     priority = _priority(declaration.priority)
     resource = declaration.execution_resource_key
     if resource is not None:
@@ -228,6 +231,7 @@ def _step(declaration: StepDeclaration, flow: Workflow) -> PreparedStep:
         ),
         execution_resource_key=resource,
         after=tuple(after),
+        value=value,
     )
 
 
@@ -327,7 +331,9 @@ def prepare_workflow(
     if edges > GRAPH_MAX_EDGES:
         raise _fail(Code.WF_INVALID_DAG_DEPENDENCY_COUNT_OVERFLOW, "too many edges")
     # Ids in topological order: a prerequisite's id sorts before its dependents' (UUIDv7).
-    ordered = tuple(replace(step, id=uuid7()) for step in _topological(steps))
+    ordered = _topological(steps)
+    for step in ordered:
+        step.id = uuid7()
     result_key = flow.result_step
     if isinstance(result_key, StepHandle):
         result_key = result_key.key
@@ -346,13 +352,13 @@ def prepare_workflow(
                 "key": step.key,
                 "kind": step.kind.value,
                 "job_type": step.job_type,
-                "payload": json.loads(step.payload),
+                "payload": step.value,
                 "priority": step.priority,
                 "max_attempts": step.max_attempts,
                 "timeout_seconds": step.timeout_seconds,
                 "stage": None if step.kind == WorkflowStepKind.EXTERNAL else JobStage.QUEUED.value,
                 "execution_resource_key": step.execution_resource_key,
-                "after": sorted([dependency, mode.value] for dependency, mode in step.after),
+                "after": sorted((dependency, mode.value) for dependency, mode in step.after),
             }
             for step in sorted(steps, key=lambda item: item.key)
         ],
