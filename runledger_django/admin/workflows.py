@@ -333,8 +333,10 @@ class WorkflowRunAdmin(LargeTableAdmin):
         edges: list[GraphEdge] = []
         if listed_all and len(steps) <= GRAPH_MAX_STEPS:
             key_of = {step["id"]: step["step_key"] for step in steps}
+            # By prerequisite: the (prerequisite, dependent) unique index answers it; the
+            # edge table has no index on its run.
             raw = list(
-                WorkflowStepDependency.objects.filter(workflow_run_id=run.id)
+                WorkflowStepDependency.objects.filter(prerequisite_step_id__in=list(key_of))
                 .order_by("id")
                 .values_list("prerequisite_step_id", "dependent_step_id", "release_mode")[
                     :EDGES_READ
