@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import Permission, User
 from django.db.models.functions import Now
 from django.test import Client
@@ -307,6 +308,27 @@ def test_run_page__statuses_coloured_and_written(admin_client: Client, definitio
     assert "var(--message-error-bg" in content  # colours follow the admin's theme variables
 
 
+def test_run_page__external_gate_waiting__drawn_without_a_link(
+    admin_client: Client, definitions: None
+) -> None:
+    flow = Workflow("orders.large")
+    approve = flow.external("approve")
+    flow.step("ship", SHIP, after=[approve])
+    run_id = start_workflow(flow).run_id
+
+    response = admin_client.get(run_url(run_id))
+
+    nodes = nodes_of(graph_of(response))
+    assert nodes["approve"].get("data-status") == "WAITING_FOR_EXTERNAL"
+    assert nodes["approve"].get("href") is None
+    assert [t.text for t in nodes["approve"].iter(f"{SVG}text")] == [
+        "approve",
+        "waiting (external)",
+    ]
+    rows = {row.key: row for row in response.context["runledger_steps"]}
+    assert (rows["approve"].kind, rows["approve"].job_type) == ("EXTERNAL", None)
+
+
 def test_run_page__hostile_step_keys_are_escaped(admin_client: Client, definitions: None) -> None:
     flow = Workflow("<img src=x onerror=alert(1)>")
     first = flow.step('<script>alert("k")</script>', CHARGE)
@@ -434,6 +456,8 @@ def test_cancel_button__cancels_every_unfinished_step(
     assert set(statuses(run_id).values()) == {"CANCELED"}
     assert "Canceled 1 workflow run." in response.content.decode()
     assert not Job.objects.filter(status="PENDING").exists()
+    [entry] = LogEntry.objects.filter(object_id=str(run_id))
+    assert entry.get_change_message() == "Canceled (admin action)"
     page = response.content.decode()
     assert "runledger-cancel-run" not in page  # nothing left to cancel
 
