@@ -215,6 +215,59 @@ WHERE step.id = locked.id
 RETURNING step.id, step.workflow_run_id, step.status
 """
 
+# The same as FINISH_JOB_STEPS for the worker's own workflow completions, sent in the round
+# trip of the completion statement: the steps are found from the jobs that statement just
+# made terminal (a step still ENQUEUED behind a terminal job can only be this transaction's:
+# whoever else ended the job finished its step in the same transaction), then the shared
+# release lock of each run is taken, after the step rows (the lock order of 3.13).
+FINISH_JOBS_AND_LOCK_RUNS: Final[LiteralString] = """
+/* runledger:workflow_finish_jobs */
+WITH job AS MATERIALIZED (
+    SELECT job.id, job.workflow_step_id, job.status, job.output, job.status_reason,
+           job.last_error_code, job.last_error_message
+    FROM runledger_job_queue job
+    WHERE job.id = ANY(%(finish_job_ids)s::uuid[]) AND job.workflow_step_id IS NOT NULL
+      AND job.status IN ('SUCCEEDED', 'DEAD_LETTERED', 'CANCELED')
+),
+locked AS MATERIALIZED (
+    SELECT step.id,
+           CASE job.status WHEN 'SUCCEEDED' THEN 'SUCCEEDED'
+                           WHEN 'DEAD_LETTERED' THEN 'FAILED' ELSE 'CANCELED' END AS outcome,
+           job.output, job.status_reason, job.last_error_code, job.last_error_message
+    FROM runledger_workflow_steps step
+    JOIN job ON job.workflow_step_id = step.id
+    WHERE step.status = 'ENQUEUED'
+    ORDER BY step.id
+    FOR UPDATE OF step
+),
+finished AS (
+    UPDATE runledger_workflow_steps step
+    SET status = locked.outcome,
+        finished_at = COALESCE(step.finished_at, statement_timestamp()),
+        output = CASE WHEN locked.outcome = 'SUCCEEDED' THEN locked.output END,
+        status_reason = CASE WHEN locked.outcome = 'SUCCEEDED' THEN NULL
+                             ELSE locked.status_reason END,
+        last_error_code = CASE WHEN locked.outcome = 'SUCCEEDED' THEN NULL
+                               ELSE locked.last_error_code END,
+        last_error_message = CASE WHEN locked.outcome = 'SUCCEEDED' THEN NULL
+                                  ELSE locked.last_error_message END
+    FROM locked
+    WHERE step.id = locked.id
+    RETURNING step.id, step.workflow_run_id, step.status
+),
+-- The run's release-lock key as the service computes it (run_lock_key): the UUID's high and
+-- low 64 bits XORed, XORed with the namespace 0x72756e6c00000000.
+locks AS (
+    SELECT pg_advisory_xact_lock_shared(
+        ('x' || left(replace(workflow_run_id::text, '-', ''), 16))::bit(64)::bigint
+        # ('x' || right(replace(workflow_run_id::text, '-', ''), 16))::bit(64)::bigint
+        # 8247619702734454784)
+    FROM (SELECT DISTINCT workflow_run_id FROM finished) runs
+)
+SELECT finished.id, finished.workflow_run_id, finished.status, (SELECT count(*) FROM locks)
+FROM finished
+"""
+
 # One breadth-first level of propagation (reference 3.3 step 5) for steps of one run that just
 # became terminal: each dependent's pending counter drops by its finished prerequisites, and
 # its unsatisfied counter rises by those behind an ON_SUCCESS edge that did not succeed, under

@@ -294,6 +294,12 @@ def terminal_write(
         rows = transition(using, sql, {**params, "workflow": False}, context=context)
         if rows or not retry_when_short:
             return rows
+    if plain_guard:
+        # A worker's workflow completion: statement, steps and run locks in one round trip.
+        job_ids = params["job_ids"] if "job_ids" in params else [params["job_id"]]
+        return workflow_release.complete_with_release(
+            using, sql, params, list(job_ids), context=context
+        )
     with transaction.atomic(using=using):
         with last_statement_of_transaction(using):
             rows = transition(using, sql, {**params, "workflow": True}, context=context)

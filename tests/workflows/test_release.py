@@ -27,6 +27,7 @@ from runledger_django.services.lifecycle import (
 )
 from runledger_django.services.reaper import reap_expired_leases
 from runledger_django.services.replay import replay_job
+from runledger_django.services.workflows.release import run_lock_key
 from tests.conftest import MakeDefinition, run_sql
 from tests.workflows.conftest import (
     OTHER_TYPE,
@@ -390,3 +391,17 @@ def test_release__run_counters__same_statements_for_a_small_and_a_large_run(
         sizes.append(sum("synchronous_commit" not in query["sql"] for query in captured))
         assert statuses(run)["next"] == "ENQUEUED"
     assert sizes[1] == sizes[2]
+
+
+def test_run_lock_key__database_and_service_agree(step_types: None) -> None:
+    """The worker's fused completion takes the run lock by a key the database computes;
+    cancel takes it by the service's: they must be one lock."""
+    for _ in range(20):
+        run_id = uuid.uuid4()
+        folded = run_sql(
+            "SELECT ('x' || left(replace(%(id)s::text, '-', ''), 16))::bit(64)::bigint"
+            " # ('x' || right(replace(%(id)s::text, '-', ''), 16))::bit(64)::bigint"
+            " # 8247619702734454784",
+            {"id": run_id},
+        )[0][0]
+        assert folded == run_lock_key(run_id)

@@ -25,7 +25,9 @@ from ...db.transaction import (
     cap_timeout,
     ensure_read_committed,
     execute,
+    last_statement_of_transaction,
     restore_setting,
+    run_capped_together,
 )
 from ...domain import JobStatus, ReadScope, WorkflowRunStatus, WorkflowStepStatus
 from ...errors import Code, RunledgerError
@@ -33,6 +35,7 @@ from ..wakeup import JOBS_CHANNEL, wake_after_commit
 
 logger = logging.getLogger(__name__)
 
+STATEMENT_CAP_MS = 30_000
 RELEASE_LOCK_CAP_MS = 5_000
 """How long a completion waits for the run's release lock while a cancellation holds it
 (reference 3.3 step 4); a stricter lock_timeout of the caller is kept."""
@@ -145,34 +148,104 @@ def on_jobs_terminal(
         return propagate_runs(cursor, deltas, using=using)
 
 
+def complete_with_release(
+    using: str,
+    sql: str,
+    params: dict[str, Any],
+    job_ids: list[uuid.UUID],
+    *,
+    context: str,
+) -> list[tuple[Any, ...]]:
+    """A worker's terminal write of workflow jobs and their steps' propagation, in a
+    transaction this function owns: the terminal statement, the steps' finish and the runs'
+    release locks go in one round trip (under the lifecycle caps, which then hold for the
+    rest of the transaction), the propagation and the run counters follow. Returns the
+    terminal statement's rows.
+
+    Transaction: owns one (the caller checked it is outside any).
+
+    Raises:
+        RunledgerError: as ``on_jobs_terminal``; the terminal statement's errors.
+    """
+    with transaction.atomic(using=using):
+        ensure_session_read_committed(using)
+        try:
+            with last_statement_of_transaction(using):
+                rows, finished = run_capped_together(
+                    using,
+                    (sql, workflow_queries.FINISH_JOBS_AND_LOCK_RUNS),
+                    {**params, "workflow": True, "finish_job_ids": job_ids},
+                    lock_ms=RELEASE_LOCK_CAP_MS,
+                    statement_ms=STATEMENT_CAP_MS,
+                    tag="",
+                    context=context,
+                )
+        except RunledgerError as error:
+            if error.sqlstate == LOCK_NOT_AVAILABLE:
+                raise RunledgerError.for_code(
+                    Code.WF_RELEASE_CONFLICT,
+                    "a run of these jobs is being canceled; its release lock was not granted",
+                    sqlstate=LOCK_NOT_AVAILABLE,
+                ) from error
+            raise
+        deltas: dict[uuid.UUID, RunDelta] = defaultdict(RunDelta)
+        for step_id, run_id, status, _ in finished:
+            delta = deltas[run_id]
+            delta.count(status)
+            delta.finished.append((step_id, status))
+        if deltas:
+            with connections[using].cursor() as cursor:
+                propagate_runs(cursor, deltas, using=using, lock_held=True, capped=True)
+    return rows
+
+
 def propagate_runs(
-    cursor: Any, deltas: dict[uuid.UUID, RunDelta], *, using: str, lock_held: bool = False
+    cursor: Any,
+    deltas: dict[uuid.UUID, RunDelta],
+    *,
+    using: str,
+    lock_held: bool = False,
+    capped: bool = False,
 ) -> dict[uuid.UUID, RunTransition]:
     """Propagate each run's finished steps and apply its counters, runs in id order.
 
-    ``lock_held``: the caller already holds the run's release lock (an external completion
-    took it without waiting).
+    ``lock_held``: the caller already holds the runs' release locks. ``capped``: this
+    transaction's lock_timeout is already capped (the worker's own transaction).
     """
     transitions: dict[uuid.UUID, RunTransition] = {}
     if not deltas:
         return transitions
+    if capped:
+        _propagate_all(cursor, deltas, transitions, using=using, lock_held=lock_held)
+        return transitions
     previous = cap_timeout(cursor, LOCK_TIMEOUT, RELEASE_LOCK_CAP_MS)
     try:
-        for run_id in sorted(deltas):
-            delta = deltas[run_id]
-            if not lock_held:
-                _lock_run_shared(cursor, run_id)
-            _propagate(cursor, run_id, delta)
-            transition = apply_run_delta(cursor, run_id, delta)
-            transitions[run_id] = transition
-            if transition.fail_fast and delta.failed and not transition.status.is_terminal:
-                _cancel_after_commit(run_id, using)
+        _propagate_all(cursor, deltas, transitions, using=using, lock_held=lock_held)
     finally:
         if not connections[using].needs_rollback:
             restore_setting(cursor, LOCK_TIMEOUT, previous)
+    return transitions
+
+
+def _propagate_all(
+    cursor: Any,
+    deltas: dict[uuid.UUID, RunDelta],
+    transitions: dict[uuid.UUID, RunTransition],
+    *,
+    using: str,
+    lock_held: bool,
+) -> None:
+    for run_id in sorted(deltas):
+        delta = deltas[run_id]
+        if not lock_held:
+            _lock_run_shared(cursor, run_id)
+        _propagate(cursor, run_id, delta)
+        transition = apply_run_delta(cursor, run_id, delta)
+        transitions[run_id] = transition
+        if transition.fail_fast and delta.failed and not transition.status.is_terminal:
+            _cancel_after_commit(run_id, using)
     if any(delta.released_jobs for delta in deltas.values()):
         wake_after_commit(using, JOBS_CHANNEL)
-    return transitions
 
 
 def _cancel_after_commit(run_id: uuid.UUID, using: str) -> None:
