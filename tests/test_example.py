@@ -18,15 +18,34 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from example_project.shop.fulfilment import FULFIL_JOB_TYPES
 from example_project.shop.models import Order
 from example_project.shop.views import RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
 from runledger_django import IntentStatus, enqueue_job, promote_intents, run_jobs
-from runledger_django.models import Job, JobAttempt, JobDefinition, JobEnqueueIntent
+from runledger_django.models import (
+    Job,
+    JobAttempt,
+    JobDefinition,
+    JobEnqueueIntent,
+    WorkflowRun,
+    WorkflowStep,
+)
 from runledger_django.worker.registry import autodiscover
 
 pytestmark = pytest.mark.django_db
 
 CHECKOUT = {"reference": "order-77", "email": "ada@example.com", "total_cents": 4200}
+
+
+@pytest.fixture(autouse=True)
+def fulfilment_job_types(request: pytest.FixtureRequest) -> None:
+    """The checkout starts the fulfilment workflow, whose job types must exist (the story
+    defines them itself, as a worker would)."""
+    if request.node.name.startswith("test_run_example"):
+        return
+    request.getfixturevalue("db")
+    for job_type in FULFIL_JOB_TYPES:
+        JobDefinition.objects.get_or_create(job_type=job_type)
 
 
 def post_checkout(client: Client, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -134,6 +153,14 @@ def test_checkout__success__order_and_intent_commit_together(
     status, body = post_checkout(client, CHECKOUT)
 
     assert status == 201
+    run = observer.execute(
+        "SELECT r.status, r.idempotency_key, count(j.id) FROM runledger_workflow_runs r "
+        "JOIN runledger_workflow_steps s ON s.workflow_run_id = r.id "
+        "LEFT JOIN runledger_job_queue j ON j.id = s.job_id "
+        "WHERE r.id = %s GROUP BY r.id",
+        (body["fulfilment"]["run_id"],),
+    ).fetchone()
+    assert run == ("RUNNING", "fulfil:order-77", 2)  # charge and reserve have jobs
     rows = observer.execute(
         "SELECT o.id, i.job_type, i.status FROM shop_orders o "
         "JOIN runledger_job_enqueue_intents i ON i.payload->>'order_id' = o.id::text "
@@ -155,9 +182,11 @@ def test_checkout__failure_after_recording__rollback_removes_order_and_intent(
     assert status == 409 and body == {"error": "checkout failed; nothing was saved"}
     counts = observer.execute(
         "SELECT (SELECT count(*) FROM shop_orders), "
-        "(SELECT count(*) FROM runledger_job_enqueue_intents)"
+        "(SELECT count(*) FROM runledger_job_enqueue_intents), "
+        "(SELECT count(*) FROM runledger_workflow_runs), "
+        "(SELECT count(*) FROM runledger_job_queue)"
     ).fetchone()
-    assert counts == (0, 0)
+    assert counts == (0, 0, 0, 0)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -257,6 +286,23 @@ def test_run_example__fresh_database__tells_the_whole_story() -> None:
     assert daily.status == "SUCCEEDED"
     assert daily.output is not None and daily.output["schedule"] == "shop.daily-sales"
     assert "A periodic schedule" in output
+    # The checkout's fulfilment workflow ran to its end, each step after its prerequisites.
+    run = WorkflowRun.objects.get(workflow_type="shop.fulfil", idempotency_key="fulfil:demo-1001")
+    assert run.status == "SUCCEEDED"
+    steps = {step.step_key: step for step in WorkflowStep.objects.filter(workflow_run_id=run.id)}
+    assert {key: step.status for key, step in steps.items()} == dict.fromkeys(
+        ("charge", "reserve", "ship", "notify"), "SUCCEEDED"
+    )
+    assert steps["ship"].output == {
+        "tracking": "trk_demo-1001",
+        "charge_id": "ch_demo-1001",
+        "reservation": "res_demo-1001",
+    }
+    assert steps["notify"].output == {
+        "to": "ada@example.com",
+        "message": "Order demo-1001: shipped, tracking trk_demo-1001",
+    }
+    assert f"workflow run {run.id}: SUCCEEDED" in output
     # The failing checkout left nothing behind.
     assert receipt_intents("demo-1002") == []
     assert not Order.objects.filter(reference="demo-1002").exists()

@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from runledger_django import JobContext, RetryJob, TerminalJobError, job_handler, schedule
 
+from .fulfilment import CHARGE_JOB_TYPE, NOTIFY_JOB_TYPE, RESERVE_JOB_TYPE, SHIP_JOB_TYPE
 from .models import Order
 from .views import PAYMENT_JOB_TYPE, RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
 
@@ -82,6 +83,47 @@ def mark_paid(job: JobContext) -> dict[str, Any]:
     order.paid_at = timezone.now()
     order.save(update_fields=["paid_at"])
     return {"paid": order.reference, "run": job.run_number}
+
+
+# -- the fulfilment workflow (fulfilment.py): charge and reserve, then ship, then notify ---------
+
+
+@job_handler(CHARGE_JOB_TYPE, max_attempts=3, timeout_seconds=30)
+def charge_card(job: JobContext) -> dict[str, Any]:
+    """Charge the order's total (here: pretend to). A real shop passes ``job.job_id`` to its
+    payment provider as the idempotency key, so a second run charges once."""
+    order = _order(job)
+    return {"charge_id": f"ch_{order.reference}", "amount_cents": order.total_cents}
+
+
+@job_handler(RESERVE_JOB_TYPE, max_attempts=3, timeout_seconds=30)
+def reserve_stock(job: JobContext) -> dict[str, Any]:
+    """Reserve the order's goods (keyed by the order's reference on the warehouse's side)."""
+    order = _order(job)
+    return {"reservation": f"res_{order.reference}"}
+
+
+@job_handler(SHIP_JOB_TYPE, max_attempts=3, timeout_seconds=30)
+def ship_order(job: JobContext) -> dict[str, Any]:
+    """Ship: runs only once the charge and the reservation both succeeded, and reads their
+    outputs from ``job.upstream``."""
+    order = _order(job)
+    charge, reservation = job.upstream["charge"], job.upstream["reserve"]
+    return {
+        "tracking": f"trk_{order.reference}",
+        "charge_id": charge["charge_id"],
+        "reservation": reservation["reservation"],
+    }
+
+
+@job_handler(NOTIFY_JOB_TYPE, max_attempts=3, timeout_seconds=30)
+def notify_customer(job: JobContext) -> dict[str, Any]:
+    """Tell the customer how it went: behind a ``when="terminal"`` edge it runs whether the
+    shipping succeeded or not (``upstream["ship"]`` is None when it did not)."""
+    order = _order(job)
+    shipped = job.upstream.get("ship")
+    news = f"shipped, tracking {shipped['tracking']}" if shipped else "delayed, we are on it"
+    return {"to": order.customer_email, "message": f"Order {order.reference}: {news}"}
 
 
 @job_handler(DAILY_SALES_JOB_TYPE, max_attempts=3, timeout_seconds=120)

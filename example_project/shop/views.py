@@ -1,5 +1,5 @@
-"""The checkout view: the order and the requests for its background work commit or roll back
-together."""
+"""The checkout view: the order, the requests for its background work and its fulfilment
+workflow commit or roll back together."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from runledger_django import IntentStatus, RunledgerError, record_intent
+from runledger_django import IntentStatus, RunledgerError, record_intent, start_workflow
 
+from .fulfilment import fulfilment, fulfilment_key
 from .models import Order
 
 RECEIPT_JOB_TYPE = "shop.send_receipt"
@@ -47,12 +48,15 @@ def _parse(request: HttpRequest) -> dict[str, Any] | None:
 @csrf_exempt
 @require_POST
 def checkout(request: HttpRequest) -> HttpResponse:
-    """Create the order (or find it again on a retry) and record its two intents: send the
-    receipt, and tell the warehouse to reserve the goods.
+    """Create the order (or find it again on a retry), record its two intents (send the
+    receipt, tell the warehouse to reserve the goods) and start its fulfilment workflow
+    (charge, reserve, ship, notify: ``fulfilment.py``).
 
     The client's ``reference`` makes the whole checkout retry-safe: a retry finds the same
-    order, and ``record_intent`` resolves each identical request to the same intent. A retry
-    that changes the total is a conflict, and nothing is written.
+    order, ``record_intent`` resolves each identical request to the same intent and
+    ``start_workflow`` the same graph under the same key to the same run. A retry that changes
+    the total is a conflict, and nothing is written. Unlike an intent, a workflow needs its
+    job types defined when it starts (the workers define them from ``jobs.py``).
     """
     data = _parse(request)
     if data is None:
@@ -78,6 +82,7 @@ def checkout(request: HttpRequest) -> HttpResponse:
             )
             if IntentStatus.CONFLICTED in (outcome.status, warehouse.status):
                 raise ConflictedReceiptError
+            run = start_workflow(fulfilment(order), idempotency_key=fulfilment_key(order.reference))
             if data.get("fail_after_recording"):
                 raise CheckoutFailedError
     except CheckoutFailedError:
@@ -96,6 +101,7 @@ def checkout(request: HttpRequest) -> HttpResponse:
             "created": created,
             "intent": outcome.to_dict(),
             "warehouse_intent": warehouse.to_dict(),
+            "fulfilment": {"run_id": str(run.run_id), "disposition": run.disposition},
         },
         status=201 if created else 200,
     )

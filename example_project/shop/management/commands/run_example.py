@@ -30,10 +30,18 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 from django.urls import reverse
 
+from example_project.shop.fulfilment import FULFIL_JOB_TYPES, fulfilment_key
 from example_project.shop.models import Order
 from example_project.shop.views import PAYMENT_JOB_TYPE, RECEIPT_JOB_TYPE, WAREHOUSE_JOB_TYPE
 from runledger_django import ReadScope, enqueue_job, get_intent, replay_job
-from runledger_django.models import Job, JobDefinition, JobEnqueueIntent, ScheduleFire
+from runledger_django.models import (
+    Job,
+    JobDefinition,
+    JobEnqueueIntent,
+    ScheduleFire,
+    WorkflowRun,
+    WorkflowStep,
+)
 from runledger_django.worker.registry import autodiscover, registry
 
 ADMIN_USERNAME = "admin"
@@ -80,7 +88,7 @@ class Command(BaseCommand):
         )
         self.say(f"Database: {self.describe_database()}")
         self.migrate()
-        self.define_job_types(PAYMENT_JOB_TYPE)
+        self.define_job_types(PAYMENT_JOB_TYPE, *FULFIL_JOB_TYPES)
         client = Client()
         intent_id = self.checkout(client)
         self.retry_checkout(client, intent_id)
@@ -92,6 +100,7 @@ class Command(BaseCommand):
         self.django_task()  # Django's Tasks API through runledger's backend (docs/tasks.md)
         self.exactly_once()  # atomic=True and replay (docs/running-jobs.md)
         self.periodic_schedule()  # schedule(...) in shop/jobs.py (docs/schedules.md)
+        self.fulfilment()  # the checkout's workflow, shop/fulfilment.py (docs/workflows.md)
         self.prepare_admin(reset_password=options["reset_admin_password"])
 
     # -- output -------------------------------------------------------------------------------
@@ -180,7 +189,8 @@ class Command(BaseCommand):
         self.heading(f"Check out order {reference} through the view (POST /checkout/)")
         self.detail(
             "The view creates the order and records two intents in the same atomic block: "
-            "send the receipt, and ask the warehouse to reserve the goods."
+            "send the receipt, and ask the warehouse to reserve the goods. It also starts the "
+            "order's fulfilment workflow (charge, reserve, ship, notify) in that block."
         )
         status, body = self.post_checkout(client, GOOD_CHECKOUT)
         if status not in (200, 201):
@@ -195,6 +205,8 @@ class Command(BaseCommand):
                 f"{name} intent {shown['intent_id']}: {shown['disposition']}, "
                 f"status {shown['status']}"
             )
+        run = body["fulfilment"]
+        self.detail(f"fulfilment workflow run {run['run_id']}: {run['disposition']}")
         return str(intent["intent_id"])
 
     def retry_checkout(self, client: Client, intent_id: str) -> None:
@@ -401,6 +413,36 @@ class Command(BaseCommand):
         job = Job.objects.get(pk=job_id)
         self.detail(f"job {job.id}: {job.status}, output {json.dumps(job.output, sort_keys=True)}")
 
+    # -- the fulfilment workflow the checkout started --------------------------------------------
+
+    def fulfilment(self) -> None:
+        """Run the fulfilment workflow of the demo order to its end and show each step."""
+        self.heading("The order's fulfilment workflow: charge, reserve, ship, notify")
+        self.detail(
+            "The checkout started it with the order: charge and reserve ran first (the only "
+            "steps with jobs at the start), ship was released in the transaction that recorded "
+            "the second of them succeeding, and notify after ship, whatever happened to it."
+        )
+        run = WorkflowRun.objects.get(
+            workflow_type="shop.fulfil",
+            idempotency_key=fulfilment_key(str(GOOD_CHECKOUT["reference"])),
+        )
+        worker = ("runledger_worker", "--burst", *_job_type_args(FULFIL_JOB_TYPES))
+        for _ in range(MAX_BURSTS):
+            run.refresh_from_db()
+            if run.status not in ("RUNNING", "WAITING_FOR_EXTERNAL"):
+                break
+            self.run_command(*worker)
+        run.refresh_from_db()
+        self.detail(f"workflow run {run.id}: {run.status}")
+        steps = WorkflowStep.objects.filter(workflow_run_id=run.id).order_by("id")
+        for step in steps.values("step_key", "status", "output"):
+            output = json.dumps(step["output"], sort_keys=True) if step["output"] else "-"
+            self.detail(f"  {step['step_key']}: {step['status']}, output {output}")
+        self.detail(
+            f"its graph: http://127.0.0.1:8000/admin/runledger/workflowrun/{run.id}/change/"
+        )
+
     def prepare_admin(self, *, reset_password: bool) -> None:
         self.heading("Browse it all in the Django admin")
         user_model = get_user_model()
@@ -433,6 +475,10 @@ class Command(BaseCommand):
             "(run 2: the warehouse answers)"
         )
         self.say()
+
+
+def _job_type_args(job_types: tuple[str, ...]) -> list[str]:
+    return [arg for job_type in job_types for arg in ("--job-type", job_type)]
 
 
 def _database_now() -> dt.datetime:
