@@ -623,6 +623,7 @@ def finish(
         "extra runs",
         "extra runs explained",
         "keyed attempts",
+        "keyed overlaps in time, sequential by the claim",
         "atomic jobs",
         "atomic effects",
         "atomic duplicate effects",

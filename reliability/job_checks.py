@@ -421,32 +421,100 @@ def _check_reports(context: _Context) -> None:
                 context.violation(f"{where}, yet the attempt SUCCEEDED")
 
 
+END_EVENTS = frozenset(LIFECYCLE_EVENTS - {"ENQUEUED", "LEASED"})
+"""The events written by the statement that ends a lease (and deletes its resource claim)."""
+
+
+@dataclass(frozen=True)
+class _KeyedAttempt:
+    start: float
+    end: float
+    job_id: str
+    leased_event: int | None
+    """The id of the attempt's LEASED event, None when its record holds no event ids."""
+    end_event: int | None
+    """The highest id of the events that ended it (SUCCEEDED, FAILED, REQUEUED, ...)."""
+
+
+def _keyed_attempts(world: JobWorld, job_id: str) -> list[_KeyedAttempt]:
+    event_ids: dict[tuple[int, int], dict[str, int]] = defaultdict(dict)
+    for event in world.events.get(job_id, []):
+        if event.get("id") is None or event["attempt"] is None:
+            continue
+        ids = event_ids[(int(event["run_number"]), int(event["attempt"]))]
+        if event["event_type"] == "LEASED":
+            ids["leased"] = int(event["id"])
+        elif event["event_type"] in END_EVENTS:
+            ids["end"] = max(ids.get("end", 0), int(event["id"]))
+    keyed = []
+    for attempt in world.attempts.get(job_id, []):
+        start, end = epoch(attempt["leased_at"]), epoch(attempt["finished_at"])
+        if start is None or end is None:
+            continue  # reported as unfinished by _check_job
+        ids = event_ids.get((int(attempt["run_number"]), int(attempt["attempt"])), {})
+        keyed.append(_KeyedAttempt(start, end, job_id, ids.get("leased"), ids.get("end")))
+    return keyed
+
+
 def _check_resources(context: _Context) -> None:
     """At most one attempt holds an execution resource at a time: a key's next lease begins
-    only after its previous attempt ended (the claim row goes with that attempt)."""
+    only after its previous attempt ended (the claim row goes with that attempt).
+
+    The order is judged by the event ids, not by leased_at/finished_at. Those are statement
+    times: leased_at is the claim statement's now(), taken when the statement arrived, before
+    it found the key free; finished_at the ending statement's, before its commit. A claim that
+    sees the key free in its snapshot and only then (a lock wait on another key's claim row, a
+    descheduled backend) inserts the claim row can find another attempt's claim row already
+    come and gone in between, so its leased_at precedes that whole attempt, although its lease
+    really began after it (tests/worker/test_execution_resources.py shows one). The ids are
+    sound instead: they come from the events' identity sequence (CACHE 1; nextval is not
+    transactional and never goes back, a crash only skips values), drawn when the row is
+    inserted. The ending events are inserted by the statement whose trigger deletes the claim
+    row, before that commits; the next LEASED event by the claim statement after its INSERT of
+    the claim row, which can succeed only once the old row's deletion committed (ON CONFLICT
+    waits for an uncommitted one). So ordered by LEASED id, each keyed attempt's LEASED id is
+    above the ending ids of all before it, or two attempts held the key at once. A time overlap
+    that this order clears is counted, not reported; a record without event ids (a journal of
+    an older harness) is judged by its times as before."""
     world = context.world
-    intervals: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    by_key: dict[str, list[_KeyedAttempt]] = defaultdict(list)
     for job_id, job in world.jobs.items():
-        if job["resource_key"] is None:
-            continue
-        for attempt in world.attempts.get(job_id, []):
-            start, end = epoch(attempt["leased_at"]), epoch(attempt["finished_at"])
-            if start is not None and end is not None:
-                intervals[job["resource_key"]].append((start, end, job_id))
-    for resource_key, spans in intervals.items():
-        spans.sort()
-        context.counts["keyed attempts"] += len(spans)
-        held_until, holder = float("-inf"), ""
-        for start, end, job_id in spans:
-            if start < held_until:
-                context.violation(
-                    f"resource {resource_key!r} was leased by job {job_id} while job {holder} "
-                    "still held it"
-                )
-            if end > held_until:
-                held_until, holder = end, job_id
+        if job["resource_key"] is not None:
+            by_key[job["resource_key"]].extend(_keyed_attempts(world, job_id))
+    for resource_key, keyed in by_key.items():
+        context.counts["keyed attempts"] += len(keyed)
+        overlaps = _overlaps(sorted(keyed, key=lambda a: (a.start, a.end, a.job_id)), "time")
+        if all(a.leased_event is not None and a.end_event is not None for a in keyed):
+            ordered = sorted(keyed, key=lambda a: a.leased_event or 0)
+            clashes = _overlaps(ordered, "events")
+            context.counts["keyed overlaps in time, sequential by the claim"] += len(
+                {pair for pair in overlaps if pair[::-1] not in clashes and pair not in clashes}
+            )
+            overlaps = clashes
+        for job_id, holder in sorted(overlaps):
+            context.violation(
+                f"resource {resource_key!r} was leased by job {job_id} while job {holder} "
+                "still held it"
+            )
     for sample in world.shared_resources:
         context.violation(f"resource {sample['key']!r} LEASED {sample['count']} times at once")
+
+
+def _overlaps(ordered: list[_KeyedAttempt], by: str) -> set[tuple[str, str]]:
+    """(job, holder) pairs of ``ordered`` (by lease start) whose lease began before the
+    holding one ended: by the times, or by the event ids."""
+    found: set[tuple[str, str]] = set()
+    held_until, holder = float("-inf"), ""
+    for attempt in ordered:
+        if by == "time":
+            start, end = attempt.start, attempt.end
+        else:
+            start, end = float(attempt.leased_event or 0), float(attempt.end_event or 0)
+        if start < held_until:
+            found.add((attempt.job_id, holder))
+        if end > held_until:
+            held_until, holder = end, attempt.job_id
+    return found
 
 
 def _check_samples(context: _Context) -> None:

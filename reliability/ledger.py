@@ -29,7 +29,7 @@ FROM runledger_job_attempts
 WHERE CAST(%(ids)s AS uuid[]) IS NULL OR job_id = ANY(CAST(%(ids)s AS uuid[]))
 """
 _EVENTS = """
-SELECT job_id::text, run_number, attempt, event_type
+SELECT id, job_id::text, run_number, attempt, event_type
 FROM runledger_job_events
 WHERE CAST(%(ids)s AS uuid[]) IS NULL OR job_id = ANY(CAST(%(ids)s AS uuid[]))
 ORDER BY id
@@ -63,7 +63,7 @@ ATTEMPT_FIELDS = (
     "effective_next_run_at",
     "retry_timing_source",
 )
-EVENT_FIELDS = ("job_id", "run_number", "attempt", "event_type")
+EVENT_FIELDS = ("id", "job_id", "run_number", "attempt", "event_type")
 
 
 def _plain(value: Any) -> Any:
