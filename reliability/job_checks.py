@@ -153,7 +153,9 @@ def check_jobs(world: JobWorld) -> tuple[list[str], Counter[str]]:
         target = context.starts if run["phase"] == "started" else context.finishes
         target[key_of(run)].append(run)
     for report in world.reports:
-        if report["outcome"] == "persist_failed" and report.get("error_code", "").startswith("db."):
+        if report["outcome"] == "persist_failed" and (report.get("error_code") or "").startswith(
+            "db."
+        ):
             context.persist_failed[key_of(report)] = float(report["t"])
     for attempts in world.attempts.values():
         for attempt in attempts:

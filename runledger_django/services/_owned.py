@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, connections, transaction
 from django.db.backends.utils import CursorWrapper
 
 from ..db.classify import classify, is_session_fatal
@@ -38,6 +39,22 @@ def in_owned_transaction(using: str, body: Callable[[CursorWrapper], T], *, oper
             raise commit_unconfirmed(operation, exc) from exc
         raise classify(exc, operation) from exc
     return result
+
+
+@contextmanager
+def owned_atomic(using: str, *, operation: str) -> Iterator[None]:
+    """``transaction.atomic`` for a transaction the library owns, whose own statements raise
+    classified errors as the statements inside it do: opening it may connect (a server that is
+    restarting), and a failed COMMIT has an unknown outcome."""
+    body_done = False
+    try:
+        with transaction.atomic(using=using):
+            yield
+            body_done = True
+    except DatabaseError as exc:
+        if body_done:
+            raise commit_unconfirmed(operation, exc) from exc
+        raise classify(exc, operation) from exc
 
 
 def run_owned(

@@ -13,9 +13,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from ..db import lifecycle_queries
+from ..db.classify import classify
 from ..db.transaction import ensure_read_committed, last_statement_of_transaction
 from ..domain import (
     ContinuationOutcome,
@@ -37,6 +38,7 @@ from ._lease import (
     validate_lease,
     validate_lease_seconds,
 )
+from ._owned import owned_atomic
 from .workflows import release as workflow_release
 
 STAGE_MAX_BYTES = 255
@@ -273,7 +275,13 @@ def terminal_write(
     transaction.
     """
     connection = connections[using]
-    if connection.in_atomic_block or not connection.get_autocommit():
+    try:
+        # get_autocommit() connects first: a restarting server must give a classified error
+        # (an outage the worker rides out), as the statement itself would.
+        in_transaction = connection.in_atomic_block or not connection.get_autocommit()
+    except DatabaseError as exc:
+        raise classify(exc, context) from exc
+    if in_transaction:
         rows = transition(using, sql, {**params, "workflow": True}, context=context)
         steps = finished(rows)
         if steps:
@@ -300,7 +308,7 @@ def terminal_write(
         return workflow_release.complete_with_release(
             using, sql, params, list(job_ids), context=context
         )
-    with transaction.atomic(using=using):
+    with owned_atomic(using, operation=context):
         with last_statement_of_transaction(using):
             rows = transition(using, sql, {**params, "workflow": True}, context=context)
         steps = finished(rows)

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import DatabaseError, connections, transaction
 
 from ...db import workflow_queries
+from ...db.classify import classify
 from ...db.transaction import ensure_read_committed, execute, owned_read_committed
 from ...domain import ReadScope, WorkflowRunStatus, coerce_uuid
 from ...errors import Code, RunledgerError
@@ -38,13 +39,18 @@ def read_committed(using: str, *, operation: str, code: Code) -> Iterator[Any]:
     """Join the caller's READ COMMITTED transaction (in a savepoint), or own one; yield a
     cursor. Refuses another isolation before anything is written."""
     connection = connections[using]
-    if connection.in_atomic_block or not connection.get_autocommit():
-        with transaction.atomic(using=using), connection.cursor() as cursor:
-            ensure_read_committed(cursor, operation=operation, code=code)
-            yield cursor
-    else:
-        with owned_read_committed(using) as cursor:
-            yield cursor
+    try:
+        # Opening the transaction may connect: a server that is away gives a classified
+        # error, as the statements inside do.
+        if connection.in_atomic_block or not connection.get_autocommit():
+            with transaction.atomic(using=using), connection.cursor() as cursor:
+                ensure_read_committed(cursor, operation=operation, code=code)
+                yield cursor
+        else:
+            with owned_read_committed(using) as cursor:
+                yield cursor
+    except DatabaseError as exc:
+        raise classify(exc, operation) from exc
 
 
 def run_status(cursor: Any, params: dict[str, Any]) -> WorkflowRunStatus:

@@ -31,6 +31,7 @@ from ...db.transaction import (
 )
 from ...domain import JobStatus, ReadScope, WorkflowRunStatus, WorkflowStepStatus
 from ...errors import Code, RunledgerError
+from .._owned import owned_atomic
 from ..wakeup import JOBS_CHANNEL, wake_after_commit
 
 logger = logging.getLogger(__name__)
@@ -171,7 +172,7 @@ def complete_with_release(
     Raises:
         RunledgerError: as ``on_jobs_terminal``; the terminal statement's errors.
     """
-    with transaction.atomic(using=using):
+    with owned_atomic(using, operation=context):
         ensure_session_read_committed(using)
         try:
             with last_statement_of_transaction(using):
