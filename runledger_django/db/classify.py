@@ -36,7 +36,13 @@ _BY_SQLSTATE: dict[str, Code] = {
 # The tables other rows point at (migrations 0002, 0004 and 0010: every foreign key into the schema
 # references one of these, whatever the key is called). Only a statement that deletes or
 # re-keys one of them can be refused for rows still pointing at it.
-REFERENCED_TABLES = ("runledger_job_definitions", "runledger_job_queue", "runledger_job_schedules")
+REFERENCED_TABLES = (
+    "runledger_job_definitions",
+    "runledger_job_queue",
+    "runledger_job_schedules",
+    "runledger_workflow_runs",
+    "runledger_workflow_steps",
+)
 
 # SQLSTATEs after which the session or its transaction cannot go on: promotion must abort the
 # pass rather than defer one row (connection exceptions, shutdown, transaction_timeout).

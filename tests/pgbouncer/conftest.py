@@ -57,6 +57,15 @@ def shop_definitions(make_definition: MakeDefinition) -> None:
     here promote_intents may run before any worker)."""
     make_definition(RECEIPT, max_attempts=5, default_timeout_seconds=60)
     make_definition(WAREHOUSE, max_attempts=3, default_timeout_seconds=30)
+    fulfilment_definitions(make_definition)
+
+
+def fulfilment_definitions(make_definition: MakeDefinition) -> None:
+    """The checkout also starts the order's fulfilment workflow, whose job types must exist."""
+    from example_project.shop.fulfilment import FULFIL_JOB_TYPES
+
+    for job_type in FULFIL_JOB_TYPES:
+        make_definition(job_type)
 
 
 def process_env(bouncer: PgBouncer, **settings: Any) -> dict[str, str]:

@@ -26,7 +26,7 @@ from runledger_django.services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL
 from runledger_django.worker.listener import UNREACHABLE_MESSAGE, Listener
 from tests.conftest import TEST_JOB_TYPE, MakeDefinition
 from tests.pgbouncer.bouncer import PgBouncer, pooled_server_states
-from tests.pgbouncer.conftest import SpawnWorker, run_client
+from tests.pgbouncer.conftest import SpawnWorker, fulfilment_definitions, run_client
 from tests.worker.conftest import wait_until
 from tests.worker_app import NOOP
 
@@ -115,10 +115,11 @@ def test_listener__direct_connection__probe_arrives_and_notifications_wake_it(
 
 
 def test_listener__direct_connection__hears_views_that_commit_through_pgbouncer(
-    pgbouncer: PgBouncer, direct_listener: DirectListener
+    pgbouncer: PgBouncer, direct_listener: DirectListener, make_definition: MakeDefinition
 ) -> None:
     """A worker given a direct connection is woken by web processes behind PgBouncer: NOTIFY
     needs no session, only LISTEN does."""
+    fulfilment_definitions(make_definition)
     direct_listener.wait_subscribed()
 
     [checkout] = run_client(pgbouncer, ("checkout", {"orders": 1, "threads": 1}))
