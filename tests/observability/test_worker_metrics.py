@@ -60,8 +60,13 @@ def test_worker_start__every_type_and_outcome_series_exists_at_zero(
     make_definition(B)
     running = start_metered_worker({A: lambda job: None, B: lambda job: None})
 
+    # The series and the build info are set one after the other at start: wait for both.
     scrape = wait_until(
-        lambda: (s := running.scrape()).series("runledger_job_attempts_total") and s,
+        lambda: (
+            (s := running.scrape()).series("runledger_job_attempts_total")
+            and s.series("runledger_worker_info")
+            and s
+        ),
         what="the worker's series",
     )
 
