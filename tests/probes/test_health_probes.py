@@ -141,7 +141,7 @@ def test_livez__supervisor_loop_blocked__503_then_200_when_it_turns_again(
         what="/livez to fail while the loop is blocked",
     )
     assert body["live"] is False
-    assert body["seconds_since_tick"] > 0.5
+    assert body["seconds_since_tick"] >= 0.5  # the body rounds it; the check compares it whole
     blocker.rollback()
     wait_until(lambda: running.status("/livez") == 200, what="/livez to recover")
     running.finish()
