@@ -233,10 +233,17 @@ def test_claim__many_concurrent_claimers__limit_holds_losers_claim_other_work(
         thread.join(120)
 
     assert errors == []
-    assert leased() == 3
-    assert sum(job.job_type == TYPE for batch in results for job in batch) == 3
+    # The first claimer to take the type's lock leases a whole batch (2 of the 3 slots); the
+    # third slot goes to a claimer that comes after its commit, if any does: one that finds the
+    # lock taken skips the type this round. The limit holds either way.
+    raced = leased()
+    assert 2 <= raced <= 3
+    assert sum(job.job_type == TYPE for batch in results for job in batch) == raced
     # A claimer that lost the race for a slot (or its lock) filled its batch with other work.
     assert sorted(len(batch) for batch in results) == [2] * CLAIMERS
+    # Whatever the race left free, the next claim takes, and nothing beyond the limit.
+    assert len(claim(3)) == 3 - raced
+    assert leased() == 3
 
 
 # --- many workers -------------------------------------------------------------------------
