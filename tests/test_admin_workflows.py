@@ -491,7 +491,7 @@ def test_cancel_action__selection__each_run_reported(
     assert WorkflowRun.objects.get(id=second).status == "CANCELED"
     assert WorkflowRun.objects.get(id=done).status == "SUCCEEDED"
     assert "Canceled 2 workflow runs." in content
-    assert "1 run was not canceled: it had already succeeded." in content
+    assert "1 workflow run was not canceled: it had already succeeded." in content
 
 
 def test_cancel_action__without_permission__not_offered(
@@ -546,7 +546,7 @@ def test_retry_button__running_run__refused_with_the_reason(
     response = client.post(retry_url(run_id), follow=True)
 
     assert response.redirect_chain == [(run_url(run_id), 302)]
-    assert "1 run was not retried: not finished, or it succeeded." in response.content.decode()
+    assert "1 workflow run was not retried: not finished, or it succeeded." in response.content.decode()
     assert WorkflowRun.objects.count() == 1
 
 

@@ -28,7 +28,15 @@ from ..services.job_metrics import job_metrics
 from ..services.replay import replay_job
 from ..services.search import job_ids_by_key
 from .metrics import JOB_METRICS_URL_NAME, metrics_page
-from .shared import AdminIndexEntry, JobTypeFilter, LargeTableAdmin, ReadOnlyMixin, json_block
+from .shared import (
+    AdminIndexEntry,
+    JobTypeFilter,
+    LargeTableAdmin,
+    ReadOnlyMixin,
+    json_block,
+    report_action,
+    selected_ids,
+)
 
 if TYPE_CHECKING:
     EventInlineBase = admin.TabularInline[JobEvent, Job]
@@ -305,16 +313,9 @@ class JobAdmin(LargeTableAdmin):
         self._act_on_selection(request, queryset, "requeue")
 
     def _act_on_selection(self, request: HttpRequest, queryset: QuerySet[Job], name: str) -> None:
-        job_ids = list(queryset.order_by().values_list("pk", flat=True)[: ACTION_LIMIT + 1])
-        if len(job_ids) > ACTION_LIMIT:
-            self.message_user(
-                request,
-                f"Select at most {ACTION_LIMIT} jobs for one {name}; nothing was changed. "
-                "Narrow the list with a filter first.",
-                messages.ERROR,
-            )
-            return
-        self._act(request, job_ids, name)
+        job_ids = selected_ids(self, request, queryset, limit=ACTION_LIMIT, noun="job", action=name)
+        if job_ids is not None:
+            self._act(request, job_ids, name)
 
     def _act(self, request: HttpRequest, job_ids: list[uuid.UUID], name: str) -> int:
         """Run one action on each job, each in its own transaction; report what happened."""
@@ -328,12 +329,7 @@ class JobAdmin(LargeTableAdmin):
                 refused[_ACTION_ERRORS.get(error.code, error.client_message)] += 1
             else:
                 done += 1
-        if done:
-            noun = "job" if done == 1 else "jobs"
-            self.message_user(request, f"{past.capitalize()} {done} {noun}.", messages.SUCCESS)
-        for reason, count in sorted(refused.items()):
-            noun = "job was" if count == 1 else "jobs were"
-            self.message_user(request, f"{count} {noun} not {past}: {reason}.", messages.WARNING)
+        report_action(self, request, noun="job", past=past, done=done, refused=refused)
         return done
 
     def get_urls(self) -> list[URLPattern]:

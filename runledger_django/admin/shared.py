@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.options import ShowFacets
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -221,3 +222,47 @@ def json_block(text: str | None, css_class: str) -> SafeString | str:
             text,
         )
     return format_html('<pre class="{}">{}</pre>', css_class, pretty)
+
+
+def selected_ids(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    queryset: QuerySet[Any],
+    *,
+    limit: int,
+    noun: str,
+    action: str,
+) -> list[Any] | None:
+    """The selection's primary keys, or None (and an error message) when it is larger than
+    one action takes: an action runs one transaction per row, so a whole table is refused."""
+    ids = list(queryset.order_by().values_list("pk", flat=True)[: limit + 1])
+    if len(ids) > limit:
+        model_admin.message_user(
+            request,
+            f"Select at most {limit} {noun}s for one {action}; nothing was changed. "
+            "Narrow the list with a filter first.",
+            messages.ERROR,
+        )
+        return None
+    return ids
+
+
+def report_action(
+    model_admin: admin.ModelAdmin[Any],
+    request: HttpRequest,
+    *,
+    noun: str,
+    past: str,
+    done: int,
+    unchanged: Counter[str] | None = None,
+    refused: Counter[str] | None = None,
+) -> None:
+    """One message for the rows an action changed, and one per reason it left rows alone
+    (INFO: nothing to do) or refused them (WARNING), counted, so a bulk action reads short."""
+    if done:
+        plural = noun if done == 1 else f"{noun}s"
+        model_admin.message_user(request, f"{past.capitalize()} {done} {plural}.", messages.SUCCESS)
+    for reasons, level in ((unchanged, messages.INFO), (refused, messages.WARNING)):
+        for reason, count in sorted((reasons or Counter()).items()):
+            subject = f"{noun} was" if count == 1 else f"{noun}s were"
+            model_admin.message_user(request, f"{count} {subject} not {past}: {reason}.", level)

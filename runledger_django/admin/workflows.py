@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -29,7 +29,7 @@ from ..domain import JobStatus, ReadScope, WorkflowRunStatus, WorkflowStepStatus
 from ..errors import Code, RunledgerError
 from ..models import Job, WorkflowRecovery, WorkflowRun, WorkflowStep, WorkflowStepDependency
 from ..services.workflows import cancel_workflow, retry_workflow
-from .shared import LargeTableAdmin, admin_link, json_block
+from .shared import LargeTableAdmin, admin_link, json_block, report_action, selected_ids
 from .workflow_graph import GraphEdge, GraphNode, render_svg
 
 STEPS_SHOWN = 500
@@ -379,16 +379,11 @@ class WorkflowRunAdmin(LargeTableAdmin):
     def _act_on_selection(
         self, request: HttpRequest, queryset: QuerySet[WorkflowRun], name: str
     ) -> None:
-        run_ids = list(queryset.order_by().values_list("pk", flat=True)[: ACTION_LIMIT + 1])
-        if len(run_ids) > ACTION_LIMIT:
-            self.message_user(
-                request,
-                f"Select at most {ACTION_LIMIT} runs for one {name}; nothing was changed. "
-                "Narrow the list with a filter first.",
-                messages.ERROR,
-            )
-            return
-        self._act(request, run_ids, name)
+        run_ids = selected_ids(
+            self, request, queryset, limit=ACTION_LIMIT, noun="workflow run", action=name
+        )
+        if run_ids is not None:
+            self._act(request, run_ids, name)
 
     def _act(self, request: HttpRequest, run_ids: list[uuid.UUID], name: str) -> list[Any]:
         """Run one action on each run, each in its own transaction; report what happened.
@@ -419,17 +414,15 @@ class WorkflowRunAdmin(LargeTableAdmin):
             )
             self.log_change(request, run, message)
         done = len(results) - sum(unchanged.values())
-        if done:
-            noun = "run" if done == 1 else "runs"
-            self.message_user(
-                request, f"{past.capitalize()} {done} workflow {noun}.", messages.SUCCESS
-            )
-        for reason, count in sorted(unchanged.items()):
-            noun = "run was" if count == 1 else "runs were"
-            self.message_user(request, f"{count} {noun} not {past}: {reason}.", messages.INFO)
-        for reason, count in sorted(refused.items()):
-            noun = "run was" if count == 1 else "runs were"
-            self.message_user(request, f"{count} {noun} not {past}: {reason}.", messages.WARNING)
+        report_action(
+            self,
+            request,
+            noun="workflow run",
+            past=past,
+            done=done,
+            unchanged=unchanged,
+            refused=refused,
+        )
         return results
 
     def get_urls(self) -> list[URLPattern]:
