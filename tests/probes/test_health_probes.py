@@ -2,7 +2,7 @@
 
 Checklist items (reference/observability.md section 10): 24 (a blocked loop fails /livez,
 long handlers never do), 26 (/startupz 503 until the definitions' sync, then 200 for good),
-27 (probes answer while every handler thread is busy, and run no SQL), 28 (the health file
+27 (probes answer while every handler thread is busy and a scrape runs, and run no SQL), 28 (the health file
 is rewritten while the loop turns). The loop is blocked by real row locks the test holds and
 observes in pg_stat_activity; handlers block on events the test sets.
 """
@@ -27,6 +27,7 @@ from django.db.backends.signals import connection_created
 
 from runledger_django import JobContext, healthcheck
 from runledger_django.models import WorkerRecord
+from runledger_django.prometheus.collector import QueueCollector
 from runledger_django.worker import health as health_module
 from tests.conftest import OpenSession, wait_for_lock_wait
 from tests.probes.conftest import StartWorker, body_once
@@ -150,14 +151,18 @@ def test_livez__supervisor_loop_blocked__503_then_200_when_it_turns_again(
 # --- item 27: no SQL, answers while busy -----------------------------------------------------
 
 
-def test_probes__every_handler_busy__answer_without_sql(
+def test_probes__every_handler_busy_and_a_scrape_running__answer_without_sql(
     start_worker: StartWorker,
     enqueue: Enqueue,
     gates: list[threading.Event],
     connections_opened: list[str],
+    open_session: OpenSession,
+    settings: Any,
 ) -> None:
-    """With every handler thread blocked, each probe answers, and no probe thread ever
-    opens a database connection (so none runs SQL)."""
+    """With every handler thread blocked and a metrics scrape in flight (its statement waits
+    on a table lock another session holds, observed in pg_stat_activity), each probe
+    answers, and no probe thread ever opens a database connection (so none runs SQL)."""
+    settings.RUNLEDGER = {**getattr(settings, "RUNLEDGER", {}), "METRICS_TIMEOUT_MS": 60_000}
     started: list[Any] = []
     release = gate(gates)
     for number in range(3):
@@ -165,6 +170,16 @@ def test_probes__every_handler_busy__answer_without_sql(
     running = start_worker({TYPE: blocking(started, release)}, concurrency=3)
     wait_until(lambda: len(started) == 3, what="every handler to run")
     wait_until(lambda: running.status("/readyz") == 200, what="the worker to be ready")
+    # The intents table: the scrape reads it, a worker without --promote never does.
+    locker = open_session(autocommit=False)
+    locker.execute("LOCK TABLE runledger_job_enqueue_intents IN ACCESS EXCLUSIVE MODE")
+    scraped: list[bool] = []
+    collector = QueueCollector(close_connection=True)
+    scrape = threading.Thread(
+        target=lambda: scraped.append(collector.read()[0] is not None), name="test-scrape"
+    )
+    scrape.start()
+    wait_for_lock_wait(open_session(), "runledger:queue_state", timeout=30)
     before = list(connections_opened)
     slowest = 0.0
     for _ in range(50):
@@ -175,8 +190,12 @@ def test_probes__every_handler_busy__answer_without_sql(
             assert status == 200, (path, body)
             assert body["inflight"] == 3
     assert connections_opened == before, connections_opened
+    assert scrape.is_alive(), "the scrape ended before the probes were asked"
     assert running.probe("/metrics-or-anything")[0] == 404
-    print(f"slowest of 150 probes with every handler busy: {slowest * 1000:.1f} ms")  # noqa: T201
+    print(f"slowest of 150 probes, handlers busy, a scrape running: {slowest * 1000:.1f} ms")  # noqa: T201
+    locker.rollback()
+    scrape.join(60)
+    assert scraped == [True]
     release.set()
     running.finish()
 
