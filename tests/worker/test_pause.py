@@ -7,6 +7,7 @@ the service and watch claims, the reaper, promotion, definition syncing and idle
 from __future__ import annotations
 
 import datetime as dt
+import signal
 import threading
 import uuid
 from collections.abc import Callable
@@ -37,12 +38,14 @@ from tests.worker.conftest import (
     TYPE,
     WORKER,
     Enqueue,
+    SpawnWorker,
     expire_lease,
     job_row,
     wait_until,
 )
 from tests.worker.test_wakeup import CHANNEL, LONG_POLL
 from tests.worker.test_worker_loop import StartWorker, gates, start_worker  # noqa: F401
+from tests.worker_app import FLAKY, NOOP
 
 OTHER = "jobs.test.other"
 
@@ -247,6 +250,34 @@ def test_pause__survives_worker_restarts(
         worker.finish()
         assert job_row(paused)["status"] == "PENDING"
         assert paused_at() is not None
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_pause__survives_killed_and_restarted_worker_processes(
+    app_definitions: None, spawn_worker: SpawnWorker
+) -> None:
+    """Real ``runledger_worker`` processes, each syncing the definitions at start: one is
+    SIGKILLed, the next starts; the paused type's job stays PENDING through both and the
+    pause keeps its time, while another type's jobs run. A resume reaches the live one."""
+    fast = {"WORKER_POLL_INTERVAL": 0.2, "WORKER_IDLE_POLL_SECONDS": 1.0}
+    pause_job_type(NOOP, reason="partner outage")
+    paused_since = paused_at(NOOP)
+    paused = enqueue_job(NOOP, {}).job_id
+    for round_ in range(2):
+        marker = enqueue_job(FLAKY, {"round": round_}).job_id
+        worker = spawn_worker(**fast)
+        wait_until(partial(succeeded, marker), what=f"round {round_}'s job of another type")
+        assert job_row(paused)["status"] == "PENDING"
+        assert paused_at(NOOP) == paused_since
+        if round_ == 0:
+            worker.signal(signal.SIGKILL)
+            assert worker.wait() == -signal.SIGKILL
+
+    resume_job_type(NOOP)
+    wait_until(partial(succeeded, paused), what="the resumed job, in the restarted worker")
+    worker.signal(signal.SIGTERM)
+    assert worker.wait() == 0
 
 
 # --- resume wakes idle workers (34) -------------------------------------------------------
