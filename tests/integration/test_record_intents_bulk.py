@@ -155,7 +155,7 @@ def test_record_intents__later_request_repeating_options__still_checked_in_order
 ) -> None:
     """Options compare by type as well as value (True == 1, but True is no priority), and a
     request whose options were seen before still has its key, then its payload, checked."""
-    first = {"payload": {"n": 1}, "idempotency_key": "a", "priority": 1}
+    first: dict[str, Any] = {"payload": {"n": 1}, "idempotency_key": "a", "priority": 1}
     second = first | later
     payload = second.pop("payload")
     with CaptureQueriesContext(connection) as queries, pytest.raises(RunledgerError) as info:
