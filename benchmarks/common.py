@@ -225,3 +225,13 @@ def fmt_value(value: float, unit: str) -> str:
     if unit == "x":
         return f"{value:.2f}x"
     return f"{value:.3f} {unit}"
+
+
+def fmt_spread(spread: Any, unit: str) -> str:
+    """A row's lowest and highest per-round value (``detail["spread"]``), or nothing."""
+    if not spread:
+        return ""
+    low, high = spread
+    if unit == "x":
+        return f"{low:.2f}-{high:.2f}x"
+    return f"{fmt_value(low, unit)} - {fmt_value(high, unit)}"

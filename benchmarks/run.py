@@ -123,14 +123,15 @@ def _server_label() -> str:
 
 
 def print_table(rows: list[Any]) -> None:
-    from .common import fmt_value
+    from .common import fmt_spread, fmt_value
 
-    headers = ("shape", "measurement", "value", "target", "")
+    headers = ("shape", "measurement", "value", "rounds", "target", "")
     lines = [
         (
             row.shape,
             row.name,
             fmt_value(row.value, row.unit),
+            fmt_spread(row.detail.get("spread"), row.unit),
             row.target,
             "" if row.ok is None else ("ok" if row.ok else "MISSED"),
         )
@@ -142,7 +143,7 @@ def print_table(rows: list[Any]) -> None:
 
     def fmt(cells: tuple[str, ...]) -> str:
         return "  ".join(
-            (cell.rjust(width) if index == 2 else cell.ljust(width))
+            (cell.rjust(width) if index in (2, 3) else cell.ljust(width))
             for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
         ).rstrip()
 

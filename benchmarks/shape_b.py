@@ -33,4 +33,4 @@ def run(ctx: Context) -> None:
     stats = interleaved(
         {name: batched(name) for name in contenders("probe")}, count=rounds, warmup=1
     )
-    report(ctx, "b", f"{BATCH:,} in one transaction", stats, per=BATCH)
+    report(ctx, "b", f"{BATCH:,} in one transaction", stats, per=BATCH, rounds=rounds)

@@ -1,12 +1,12 @@
 """The raw SQL of the bulk producers: many intents or jobs per statement.
 
 The ORM cannot express what these need: the batch as three JSON array parameters (each
-request's scalar columns, its payload, the rest of its snapshot), zipped back into rows by
-``ROWS FROM (json_array_elements(...), ...) WITH ORDINALITY`` (so a batch costs the same
-statements at 10 rows as at 10,000; three long texts bind and parse far faster than one array
-literal per column, and the payloads are embedded as JSON, never parsed twice),
-an ``ON CONFLICT DO NOTHING`` per scope whose arbiter matches that scope's partial unique index,
-and inserts made in key order, so two batches with overlapping keys wait for each other instead
+request's id, key and scalar columns, its payload, the rest of its snapshot), zipped back
+into rows by ``ROWS FROM (jsonb_array_elements(...), json_array_elements(...), ...) WITH
+ORDINALITY`` (so a batch costs the same statements at 10 rows as at 10,000; three long texts
+bind and parse far faster than one array literal per column, and the payloads are embedded as
+JSON, never sent twice), ``ON CONFLICT DO NOTHING`` against the partial unique index of each
+row's scope, and inserts made in key order, so two batches with overlapping keys wait for each other instead
 of deadlocking. Each statement leads with its ``/* runledger:... */`` tag, the part of a long
 text pg_stat_activity keeps. Parameters are ``%(name)s``; values are never formatted into the text.
 
@@ -35,67 +35,52 @@ _INTENT_COLUMNS: Final[LiteralString] = """
     next_run_at, idempotency_key, stage, enqueue_request_version, enqueue_request,
     execution_resource_key, trace_context"""
 
-_INTENT_VALUES: Final[LiteralString] = """
-    id, job_type, organization_id, payload, priority, max_attempts, timeout_seconds,
-    next_run_at, idempotency_key, stage, 1, snapshot, execution_resource_key,
-    %(trace_context)s::jsonb"""
+# A batch's rows: "heads" holds each request's id, key and scalar columns in a JSON array,
+# "payloads" the payloads themselves and "rests" each snapshot but its payload (the snapshot is
+# the payload under "payload" plus these keys: a payload travels once), a JSON null for an
+# unkeyed job, whose snapshot is NULL. The heads are parsed as one jsonb document (each ->> of
+# an element is then a lookup, where on json it parses the element again); payloads and rests
+# stay json, walked once, and only they become jsonb.
+_ROWS: Final[LiteralString] = """ROWS FROM (
+        jsonb_array_elements(%(heads)s::jsonb),
+        json_array_elements(%(payloads)s::json),
+        json_array_elements(%(rests)s::json)
+    ) WITH ORDINALITY AS r(h, p, rest, ord)"""
 
-# A batch's rows: "heads" holds each request's scalar columns in a JSON array, "payloads" the
-# payloads themselves and "rests" each snapshot but its payload (the snapshot is the payload
-# under "payload" plus these keys: a payload travels and is parsed once), a JSON null for an
-# unkeyed job, whose snapshot is NULL. The texts are json, not jsonb: json_array_elements walks
-# the text once without building a document first, and only payloads and snapshots become
-# jsonb.
 _REQUESTED: Final[LiteralString] = """
 requested AS (
-    SELECT (h->>0)::uuid AS id, h->>1 AS job_type, (h->>2)::uuid AS organization_id,
-           p::jsonb AS payload, (h->>3)::integer AS priority, (h->>4)::integer AS max_attempts,
-           (h->>5)::integer AS timeout_seconds, (h->>6)::timestamptz AS next_run_at,
-           h->>7 AS idempotency_key, h->>8 AS stage,
+    SELECT (h->>0)::uuid AS id, h->>2 AS job_type, (h->>3)::uuid AS organization_id,
+           p::jsonb AS payload, (h->>4)::integer AS priority, (h->>5)::integer AS max_attempts,
+           (h->>6)::integer AS timeout_seconds, (h->>7)::timestamptz AS next_run_at,
+           h->>1 AS idempotency_key, h->>8 AS stage,
            CASE WHEN json_typeof(rest) <> 'null'
                 THEN jsonb_build_object('payload', p::jsonb) || rest::jsonb END AS snapshot,
            h->>9 AS execution_resource_key, ord
-    FROM ROWS FROM (
-        json_array_elements(%(heads)s::json),
-        json_array_elements(%(payloads)s::json),
-        json_array_elements(%(rests)s::json)
-    ) WITH ORDINALITY AS r(h, p, rest, ord)
-    {where}
-)"""
+    FROM {rows}
+)""".replace("{rows}", _ROWS)
 
-# Each key's requests in key order and, under one key, in batch order: the first of a key is
-# inserted, and the later ones find its row in the unique index and do nothing (they resolve
-# against it afterwards: converge or conflict, as a later call would). Under an isolation
-# level stricter than READ COMMITTED nothing is written and the caller asks which level it is
-# (as record_intent's function does).
+# One insert for the whole batch, in key order (the global scope's keys first, then the
+# organizations') and, under one key, in batch order: the first of a key is inserted, and the
+# later ones find its row in the unique index and do nothing (they resolve against it
+# afterwards: converge or conflict, as a later call would). ON CONFLICT without a target takes
+# every unique index as arbiter, here the partial index of the row's own scope (and the
+# primary key, whose fresh UUIDv7s do not collide), so both scopes go in one statement: no
+# CTE to materialise and scan twice. Under an isolation level stricter than READ COMMITTED
+# nothing is written and the caller asks which level it is (as record_intent's function does).
 RECORD_INTENTS: Final[LiteralString] = (
     """/* runledger:record_intents */
-WITH {requested},
-global_rows AS (
-    INSERT INTO runledger_job_enqueue_intents ({columns})
-    SELECT {values}
-    FROM requested WHERE organization_id IS NULL
-    ORDER BY {global_order}, ord
-    ON CONFLICT (job_type, idempotency_key) WHERE organization_id IS NULL DO NOTHING
-    RETURNING id
-),
-org_rows AS (
-    INSERT INTO runledger_job_enqueue_intents ({columns})
-    SELECT {values}
-    FROM requested WHERE organization_id IS NOT NULL
-    ORDER BY {org_order}, ord
-    ON CONFLICT (job_type, organization_id, idempotency_key)
-        WHERE organization_id IS NOT NULL DO NOTHING
-    RETURNING id
-)
-SELECT id FROM global_rows UNION ALL SELECT id FROM org_rows
-""".replace("{requested}", _REQUESTED)
-    .replace("{where}", "WHERE {read_committed}")
+INSERT INTO runledger_job_enqueue_intents ({columns})
+SELECT (h->>0)::uuid, h->>2, (h->>3)::uuid, p::jsonb, (h->>4)::integer, (h->>5)::integer,
+       (h->>6)::integer, (h->>7)::timestamptz, h->>1, h->>8, 1,
+       jsonb_build_object('payload', p::jsonb) || rest::jsonb, h->>9, %(trace_context)s::jsonb
+FROM {rows}
+WHERE {read_committed}
+ORDER BY (h->>3) IS NOT NULL, (h->>2) COLLATE "C", (h->>3)::uuid, (h->>1) COLLATE "C", ord
+ON CONFLICT DO NOTHING
+RETURNING id
+""".replace("{rows}", _ROWS)
     .replace("{read_committed}", _READ_COMMITTED)
     .replace("{columns}", _INTENT_COLUMNS)
-    .replace("{values}", _INTENT_VALUES)
-    .replace("{global_order}", _GLOBAL_KEY_ORDER)
-    .replace("{org_order}", _ORG_KEY_ORDER)
 )
 
 # The requests to resolve: "heads" holds each one's position (1-based), job type,

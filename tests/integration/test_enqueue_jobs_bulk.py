@@ -11,15 +11,14 @@ transaction path, SET TRANSACTION, or concurrent sessions.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import uuid
+from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
-from pytest_django import Settings as SettingsWrapper
 
 from runledger_django import (
     EnqueueOutcome,
@@ -33,6 +32,13 @@ from runledger_django.api import JobRequest as ApiJobRequest
 from runledger_django.domain import JobStatus
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobDefinition, JobEvent
+from tests.bulk_support import (
+    bulk_request,
+    bulk_requests,
+    committed_rows,
+    race_reversed,
+    statement_tags,
+)
 from tests.conftest import (
     TEST_JOB_TYPE,
     InThread,
@@ -55,30 +61,9 @@ IGNORED = {"id", "idempotency_key", "created_at", "updated_at", "next_run_at"}
 """Columns two enqueues of the same request differ in (next_run_at defaults to now())."""
 
 
-def _request(key: str | None, payload: Any = None, **kwargs: Any) -> JobRequest:
-    return JobRequest(
-        kwargs.pop("job_type", JOB_TYPE),
-        {"key": key} if payload is None else payload,
-        idempotency_key=key,
-        **kwargs,
-    )
-
-
-def _requests(count: int, prefix: str = "k") -> list[JobRequest]:
-    return [_request(f"{prefix}-{n:05d}") for n in range(count)]
-
-
-def _statements(queries: CaptureQueriesContext) -> list[str]:
-    """Each statement's tag, else its first word, but transaction control (logged by Django 6
-    only)."""
-    words = []
-    for query in queries.captured_queries:
-        sql = query["sql"]
-        if sql.startswith("/*"):
-            words.append(sql.split("*/")[0].split(":")[1].strip())
-        else:
-            words.append(sql.split()[0].upper())
-    return [w for w in words if w not in {"BEGIN", "COMMIT", "ROLLBACK"}]
+_request = partial(bulk_request, JobRequest)
+_requests = partial(bulk_requests, JobRequest)
+_statements = statement_tags
 
 
 def _row(job_id: uuid.UUID) -> dict[str, Any]:
@@ -95,20 +80,12 @@ def _events(job_id: uuid.UUID) -> list[tuple[Any, ...]]:
 
 
 def _committed(observer: psycopg.Connection[Any]) -> int:
-    row = observer.execute("SELECT count(*) FROM runledger_job_queue").fetchone()
-    return int(row[0]) if row else -1
+    return committed_rows(observer, "runledger_job_queue")
 
 
 @pytest.fixture
 def definition(make_definition: MakeDefinition) -> JobDefinition:
     return make_definition()
-
-
-@pytest.fixture
-def no_notify(settings: SettingsWrapper) -> None:
-    """The wake-up NOTIFY after a commit is a query of its own (tests/worker/test_wakeup.py);
-    statement counts here count the enqueue only."""
-    settings.RUNLEDGER = {"WAKEUP_NOTIFY": False}
 
 
 # --- outcomes -------------------------------------------------------------------------------
@@ -573,17 +550,7 @@ def test_enqueue_jobs__concurrent_reversed_batches__one_job_per_key_no_deadlock(
 ) -> None:
     """Two sessions enqueue the same 2,000 keys at the same moment, in opposite orders, each
     in its own transaction: both finish, agree on every job, and no key has two jobs."""
-    keys = _requests(2000)
-    start = threading.Barrier(2)
-
-    def enqueue(batch: list[JobRequest]) -> list[EnqueueOutcome]:
-        start.wait(timeout=10)
-        with transaction.atomic():
-            return enqueue_jobs(batch)
-
-    forward = in_thread(enqueue, keys)
-    backward = in_thread(enqueue, keys[::-1])
-    ahead, behind = forward.result(timeout=60), backward.result(timeout=60)[::-1]
+    ahead, behind = race_reversed(in_thread, enqueue_jobs, _requests(2000))
 
     assert [o.job_id for o in ahead] == [o.job_id for o in behind]
     assert sum(o.disposition == "inserted" for o in ahead + behind) == 2000

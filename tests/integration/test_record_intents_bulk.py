@@ -11,15 +11,14 @@ transaction path, promotion, or concurrent sessions.
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import uuid
+from functools import partial
 from typing import Any
 
 import psycopg
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
-from pytest_django import Settings as SettingsWrapper
 
 from runledger_django import (
     IntentOutcome,
@@ -35,6 +34,13 @@ from runledger_django.api import IntentRequest as ApiIntentRequest
 from runledger_django.errors import ErrorCategory
 from runledger_django.models import Job, JobEnqueueIntent
 from runledger_django.services import bulk, wakeup
+from tests.bulk_support import (
+    bulk_request,
+    bulk_requests,
+    committed_rows,
+    race_reversed,
+    statement_tags,
+)
 from tests.conftest import (
     TEST_JOB_TYPE,
     InThread,
@@ -52,41 +58,13 @@ INSERT_FRAGMENT = "/* runledger:record_intents */"
 """The bulk insert's tag, at the front of its text (pg_stat_activity keeps the first 1 kB)."""
 
 
-def _request(key: str, payload: Any = None, **kwargs: Any) -> IntentRequest:
-    return IntentRequest(
-        kwargs.pop("job_type", JOB_TYPE),
-        {"key": key} if payload is None else payload,
-        idempotency_key=key,
-        **kwargs,
-    )
-
-
-def _requests(count: int, prefix: str = "k") -> list[IntentRequest]:
-    return [_request(f"{prefix}-{n:05d}") for n in range(count)]
-
-
-def _statements(queries: CaptureQueriesContext) -> list[str]:
-    """Each statement's tag, else its first word, but transaction control (logged by Django 6
-    only)."""
-    words = [
-        q["sql"].split("*/")[0].split(":")[1].strip()
-        if q["sql"].startswith("/*")
-        else q["sql"].split()[0].upper()
-        for q in queries.captured_queries
-    ]
-    return [w for w in words if w not in {"BEGIN", "COMMIT", "ROLLBACK"}]
+_request = partial(bulk_request, IntentRequest)
+_requests = partial(bulk_requests, IntentRequest)
+_statements = statement_tags
 
 
 def _committed(observer: psycopg.Connection[Any]) -> int:
-    row = observer.execute("SELECT count(*) FROM runledger_job_enqueue_intents").fetchone()
-    return int(row[0]) if row else -1
-
-
-@pytest.fixture
-def no_notify(settings: SettingsWrapper) -> None:
-    """The wake-up NOTIFY after a commit is a query of its own (tests/worker/test_wakeup.py);
-    statement counts here count the recording only."""
-    settings.RUNLEDGER = {"WAKEUP_NOTIFY": False}
+    return committed_rows(observer, "runledger_job_enqueue_intents")
 
 
 # --- outcomes -------------------------------------------------------------------------------
@@ -131,6 +109,81 @@ def test_record_intents__every_argument__same_row_as_record_intent() -> None:
         k: v for k, v in single_row.items() if k not in ignored
     }
     assert (bulk.status, bulk.disposition) == (single.status, single.disposition)
+
+
+def test_record_intents__requests_sharing_options__every_row_as_record_intent() -> None:
+    """A batch validates a set of options once and shares its snapshot's tail: every request
+    that repeats them still gets its own payload, key and snapshot, as record_intent writes."""
+    arguments: dict[str, Any] = {
+        "organization_id": str(ORG),
+        "priority": 7,
+        "max_attempts": 4,
+        "next_run_at": dt.datetime(2035, 4, 3, 2, 1, tzinfo=dt.UTC),
+        "execution_resource_key": "printer-1",
+    }
+    payloads = [{"n": n, "text": "ü" * n} for n in range(3)]
+    singles = [
+        record_intent(JOB_TYPE, payload, idempotency_key=f"single-{n}", **arguments)
+        for n, payload in enumerate(payloads)
+    ]
+    bulks = record_intents(
+        [
+            IntentRequest(JOB_TYPE, payload, idempotency_key=f"bulk-{n}", **arguments)
+            for n, payload in enumerate(payloads)
+        ]
+    )
+
+    columns = ("payload", "enqueue_request", "organization_id", "priority", "next_run_at")
+    for single, bulk_outcome in zip(singles, bulks, strict=True):
+        assert JobEnqueueIntent.objects.values(*columns).get(id=bulk_outcome.intent_id) == (
+            JobEnqueueIntent.objects.values(*columns).get(id=single.intent_id)
+        )
+
+
+@pytest.mark.parametrize(
+    ("later", "code"),
+    [
+        ({"priority": True}, "job.invalid_priority"),
+        ({"idempotency_key": " "}, "job.intent_invalid_idempotency_key"),
+        ({"payload": {1: 2}}, "job.invalid_payload"),
+        ({"idempotency_key": " ", "payload": {1: 2}}, "job.intent_invalid_idempotency_key"),
+    ],
+    ids=["true-is-not-1", "blank-key", "bad-payload", "key-before-payload"],
+)
+def test_record_intents__later_request_repeating_options__still_checked_in_order(
+    later: dict[str, Any], code: str
+) -> None:
+    """Options compare by type as well as value (True == 1, but True is no priority), and a
+    request whose options were seen before still has its key, then its payload, checked."""
+    first: dict[str, Any] = {"payload": {"n": 1}, "idempotency_key": "a", "priority": 1}
+    second = first | later
+    payload = second.pop("payload")
+    with CaptureQueriesContext(connection) as queries, pytest.raises(RunledgerError) as info:
+        record_intents(
+            [
+                IntentRequest(JOB_TYPE, first.pop("payload"), **first),
+                IntentRequest(JOB_TYPE, payload, **second),
+            ]
+        )
+
+    assert queries.captured_queries == []
+    assert (info.value.code, info.value.request_index) == (code, 1)
+
+
+def test_record_intents__ids__ascend_in_the_order_rows_are_inserted() -> None:
+    """Ids follow the insert's key order (the global scope first), so the indexes that end in
+    the id take the batch as appends."""
+    batch = [
+        _request("b"),
+        _request("a", organization_id=ORG),
+        _request("c"),
+        _request("a"),
+        _request("b", organization_id=ORG),
+    ]
+    outcomes = record_intents(batch)
+
+    by_id = [outcomes.index(o) for o in sorted(outcomes, key=lambda o: o.intent_id)]
+    assert by_id == [3, 0, 2, 1, 4]
 
 
 @pytest.mark.parametrize(
@@ -530,17 +583,7 @@ def test_record_intents__concurrent_reversed_batches__one_row_per_key_no_deadloc
 ) -> None:
     """Two sessions record the same 2,000 keys at the same moment, in opposite orders, each
     in its own transaction: both finish, agree on every intent, and no key has two rows."""
-    keys = _requests(2000)
-    start = threading.Barrier(2)
-
-    def record(batch: list[IntentRequest]) -> list[IntentOutcome]:
-        start.wait(timeout=10)
-        with transaction.atomic():
-            return record_intents(batch)
-
-    forward = in_thread(record, keys)
-    backward = in_thread(record, keys[::-1])
-    ahead, behind = forward.result(timeout=60), backward.result(timeout=60)[::-1]
+    ahead, behind = race_reversed(in_thread, record_intents, _requests(2000))
 
     assert [o.intent_id for o in ahead] == [o.intent_id for o in behind]
     dispositions = {o.disposition for o in ahead} | {o.disposition for o in behind}
