@@ -51,6 +51,7 @@ SHAPES = {
         "benchmarks.shape_r",
     ),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
+    "p": ("soak: per-minute drain under churn and a long transaction", "benchmarks.shape_p"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
     "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),
     "y": ("idle worker: statements per second", "benchmarks.shape_y"),
