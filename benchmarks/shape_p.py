@@ -4,7 +4,7 @@ Two parts (``--part churn``, ``--part long-txn``, default both):
 
 - churn: the whole pipeline at a steady load for ``--minutes`` (30). The worker's drain
   capacity (1 process x 4 threads, a backlog of no-op jobs) is measured first; then a producer
-  thread records intents (``record_intents``, one batch every 100 ms) at 65% of it, one
+  thread records intents (``record_intents``, one batch every 100 ms) at half of it, one
   ``runledger_worker --promote`` (1 x 4) promotes and runs them, and every minute ``prune_jobs``
   deletes the jobs (with their attempts, events and promoted intents) that finished more than
   two minutes before. Each minute: jobs finished, claim latency (the attempt's ``leased_at``
@@ -59,8 +59,11 @@ from .worker_common import (
 )
 
 SHAPE = "p"
-LOAD_FRACTION = 0.65
-"""The churn's steady load, as a share of the worker's measured drain capacity."""
+LOAD_FRACTION = 0.5
+"""The churn's steady load, as a share of the pipeline's measured capacity. Half, not the 60-70%
+one would pick on a machine of one's own: on a 2-CPU box shared with other benchmarks the
+capacity measured at the start varies twofold with the neighbours' load, and a load above what
+the worker can do at the busiest moment measures the queue backing up, not decay."""
 PRODUCER_TICK_SECONDS = 0.1
 RETENTION = dt.timedelta(minutes=2)
 """Churn retention: finished jobs older than this go every minute."""
