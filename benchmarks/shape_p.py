@@ -715,6 +715,18 @@ def run(ctx: Context) -> None:
     peers = {p.strip() for p in peers_option.split(",") if p.strip()}
     if part not in {"both", "churn", "long-txn"}:
         raise ValueError(f"unknown part {part!r}: churn, long-txn or both")
+    autovacuum, naptime = sql(
+        "SELECT current_setting('autovacuum'), current_setting('autovacuum_naptime')"
+    )[0]
+    ctx.add(
+        Row(
+            SHAPE,
+            f"server: autovacuum {autovacuum} (naptime {naptime}); with it off only index scans"
+            " clean up (they mark the entries of finished jobs dead) and nothing is reclaimed",
+            1.0 if autovacuum == "on" else 0.0,
+            "on",
+        )
+    )
     if part in {"both", "churn"}:
         churn(ctx, minutes=minutes, seconds=seconds, rate=rate)
     if part in {"both", "long-txn"}:
