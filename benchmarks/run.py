@@ -3,6 +3,7 @@
     python3 dev.py bench                 # every shape, default sizes (a few minutes)
     python3 dev.py bench --quick         # a smoke run with small sizes
     python3 dev.py bench --only a,c      # some shapes
+    python3 dev.py bench --only p        # the soak (about 45 minutes; never in a plain run)
     python3 dev.py bench --profile       # also write a pyinstrument profile per shape
 
 The server is the embedded PostgreSQL 18, or DATABASE_URL's. The run drops and recreates its
@@ -51,11 +52,14 @@ SHAPES = {
         "benchmarks.shape_r",
     ),
     "t": ("Django Tasks API: RunledgerTaskBackend vs django-tasks-db", "benchmarks.shape_t"),
+    "p": ("soak: per-minute drain under churn and a long transaction", "benchmarks.shape_p"),
     "w": ("worker drain rate: runledger_worker, db_worker, Procrastinate", "benchmarks.shape_w"),
     "x": ("worker latency: commit to handler start at low load", "benchmarks.shape_x"),
     "y": ("idle worker: statements per second", "benchmarks.shape_y"),
     "z": ("worker statements' own limit: as sent today and prepared", "benchmarks.shape_z"),
 }
+OPT_IN = {"p"}
+"""Shapes a plain run leaves out: the soak (p) takes about 45 minutes; name it in --only."""
 PACKAGES = ["Django", "psycopg", "django-tasks", "django-tasks-db", "procrastinate"]
 
 
@@ -71,7 +75,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--profile", action="store_true", help="pyinstrument profile per shape")
     parser.add_argument("--output", type=Path, default=None, help="JSON file to write")
     args = parser.parse_args(argv)
-    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or list(SHAPES)
+    chosen = [s.strip() for s in args.only.split(",") if s.strip()] or [
+        s for s in SHAPES if s not in OPT_IN
+    ]
     unknown = [s for s in chosen if s not in SHAPES]
     if unknown:
         parser.error(f"unknown shapes: {', '.join(unknown)} (choose from {', '.join(SHAPES)})")
