@@ -289,10 +289,11 @@ def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) 
 
     from .schedules import SchedulerRole
     from .workers import ROLES
+    from .workflows import FlowStarter
 
-    roles = {**ROLES, "scheduler": SchedulerRole}
+    roles = {**ROLES, "scheduler": SchedulerRole, "flows": FlowStarter}
     paths = RunPaths(Path(run_root))
-    journal = Journal(paths.journal(name), durable=role in ("recorder", "retention"))
+    journal = Journal(paths.journal(name), durable=role in ("recorder", "retention", "flows"))
     _journal_thread_deaths(journal)
     # SIGUSR1 dumps every thread's stack: the harness asks a worker that stopped working.
     stacks = paths.stacks_file(name).open("w")
@@ -348,7 +349,7 @@ class Child:
         return self.signal == "SIGKILL"
 
 
-WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor", "scheduler")
+WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor", "scheduler", "flows")
 """Children that stop at the stop file; workers run on through the drain until SIGTERM."""
 WORKER_SETTLE_SECONDS = 1.0
 """A worker counts as started this long after its banner: its signal handlers are in place."""
@@ -559,6 +560,7 @@ class Harness:
                 ("toggler", 1),
                 ("monitor", 1),
                 ("scheduler", self.config.schedulers),
+                ("flows", 1),
                 ("worker", self.config.workers),
             ):
                 for number in range(count):
@@ -577,7 +579,9 @@ class Harness:
             chaos.problems += children.stop_workers(timeout=60)
             planted: list[str] = []
             if self.config.plant:
-                planted = checks.plant_violations()
+                from . import workflows
+
+                planted = checks.plant_violations() + workflows.plant()
                 for line in planted:
                     say(f"planted: {line}")
             workers = [
@@ -593,6 +597,9 @@ class Harness:
             ]
             result = checks.finish(paths, chaos.problems, drained, workers, chaos.restarts)
             result.violations += schedules.check(result.counts)
+            from . import workflows
+
+            result.violations += workflows.check(paths, result.counts)
             for _, _, name, _ in KILLS:
                 result.counts[name] = chaos.kills[name]
             result.counts["server restarts"] = len(chaos.restarts)
