@@ -23,7 +23,9 @@ What one run does:
    handlers of ``reliability.jobs_app`` with 3 s leases and a 1 s reaper, a retention process
    (the exact-ID recipe on promoted intents whose job SUCCEEDED, selected without locks; it
    journals each deleted job's record), a toggler that disables and re-enables one definition,
-   and a monitor that samples the queue for leases the reapers left expired. The handlers
+   a monitor that samples the queue for leases the reapers left expired, and a workflow
+   starter (``reliability.workflows``: fan-out/fan-in runs of STABLE steps, started in its own
+   transactions, some rolled back, some recorded as workflow intents). The handlers
    record every run they start and finish in their own table, sleep (some longer than a
    lease), write progress, and fail on purpose on some first attempts (RetryJob, exceptions).
    Meanwhile the harness SIGKILLs random promoters and workers, SIGTERMs random workers (each
@@ -41,7 +43,10 @@ What one run does:
    exactly once as a committed outcome, attempts, events and queue rows agree, retries kept
    their schedule, every handler run matches its attempt and every run beyond a job's first is
    explained by a deliberate failure, a kill or the restart, resources were held one at a
-   time, no lease stayed expired past the reapers' interval, no child thread died.
+   time, no lease stayed expired past the reapers' interval, no child thread died; and for
+   workflows: every committed run SUCCEEDED (a rolled-back one left nothing, every workflow
+   intent became its run), each step released once and only after its prerequisites'
+   success, step and run counters consistent with the steps.
 5. Prints the counts, stops the server and removes the run directory. Exit status 0 when every
    invariant held, 1 when one did not, 143 when terminated.
 
