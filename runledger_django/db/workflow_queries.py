@@ -755,6 +755,22 @@ LIMIT %(limit)s
 FOR NO KEY UPDATE OF intent SKIP LOCKED
 """
 
+# The idle check, outside any transaction block (one round trip, no locks): is any intent due
+# whose types are all defined? It walks idx_workflow_intents_pending, which holds only PENDING
+# rows, so an idle promoter reads nothing but that index's first page.
+HAS_ELIGIBLE_INTENT: Final[LiteralString] = """
+/* runledger:workflow_intents_eligible */
+SELECT 1
+FROM runledger_workflow_intents intent
+WHERE intent.status = 'PENDING'
+  AND intent.next_promotion_at <= now()
+  AND intent.job_types <@ (
+      SELECT COALESCE(jsonb_agg(definition.job_type), '[]'::jsonb)
+      FROM runledger_job_definitions definition
+      WHERE definition.is_enabled)
+LIMIT 1
+"""
+
 _ONE_PENDING_INTENT: Final[LiteralString] = """
 WHERE intent.id = %(id)s AND intent.status = 'PENDING'"""
 

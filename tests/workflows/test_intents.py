@@ -368,3 +368,12 @@ def test_promoter__intent_held_by_another_promoter__skipped_without_waiting(
     other.rollback()
     assert promote_workflow_intents().inserted_runs == 1
     assert WorkflowRun.objects.count() == 1
+
+
+def test_promote__nothing_eligible__one_statement_and_no_transaction_block() -> None:
+    record_workflow_intent(fulfil(), idempotency_key="waits")  # its types are not synced
+    with CaptureQueriesContext(connection) as queries:
+        assert not promote_workflow_intents().anything_happened
+    assert [query["sql"].split("*/")[0].strip() for query in queries] == [
+        "/* runledger:workflow_intents_eligible"
+    ]

@@ -158,7 +158,8 @@ def promote_workflow_intents(
     (``workflow.enqueue_conflicting_retry``); a transient failure defers it with backoff.
 
     Transaction: owns its READ COMMITTED transaction (lock waits capped at 5 s) and refuses to
-    run inside an atomic block.
+    run inside an atomic block. With nothing eligible it is one statement in autocommit, no
+    transaction block and no locks (a worker's idle promoter polls it).
 
     Raises:
         RunledgerError: ``job.invalid_pagination``;
@@ -174,6 +175,8 @@ def promote_workflow_intents(
         )
     counts = _Counts()
     try:
+        if connection.get_autocommit() and not _anything_eligible(using):
+            return WorkflowPromotionReport()  # idle: one statement, no transaction block
         with owned_read_committed(using) as cursor:
             cap_timeout(cursor, LOCK_TIMEOUT, LOCK_TIMEOUT_MS)
             cap_timeout(cursor, STATEMENT_TIMEOUT, STATEMENT_TIMEOUT_MS)
@@ -201,6 +204,19 @@ def promote_workflow_intents(
             extra={"runledger": report.to_dict()},
         )
     return report
+
+
+def _anything_eligible(using: str) -> bool:
+    with connections[using].cursor() as cursor:
+        return (
+            execute(
+                cursor,
+                workflow_queries.HAS_ELIGIBLE_INTENT,
+                None,
+                context="check eligible workflow intents",
+            ).fetchone()
+            is not None
+        )
 
 
 @dataclass
