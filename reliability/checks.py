@@ -17,7 +17,7 @@ from typing import Any
 from django.core.management import call_command
 from django.db import connection, connections
 
-from runledger_django import promote_intents
+from runledger_django import promote_intents, promote_workflow_intents
 from runledger_django.models import JobDefinition
 
 from . import atomic
@@ -251,15 +251,20 @@ def final_drain() -> Counter[str]:
     deadline = time.monotonic() + DRAIN_DEADLINE_SECONDS
     while True:
         report = promote_intents(JOB_TYPES, limit=500)
+        flows = promote_workflow_intents(limit=500)
         totals["passes"] += 1
         for name, value in report.to_dict().items():
             totals[name] += int(value)
-        if report.anything_happened:
+        totals["workflow runs"] += flows.total_promoted
+        if report.anything_happened or flows.anything_happened:
             continue
         with connection.cursor() as cursor:
             cursor.execute(
-                "SELECT count(*), extract(epoch FROM min(next_promotion_at) - now()) "
-                "FROM runledger_job_enqueue_intents WHERE status = 'PENDING'"
+                "SELECT count(*), extract(epoch FROM min(next_promotion_at) - now()) FROM ("
+                " SELECT next_promotion_at FROM runledger_job_enqueue_intents"
+                " WHERE status = 'PENDING' UNION ALL"
+                " SELECT next_promotion_at FROM runledger_workflow_intents"
+                " WHERE status = 'PENDING') pending"
             )
             pending, wait = cursor.fetchone()
         if not pending:
@@ -305,8 +310,9 @@ def check_invariants(evidence: Evidence) -> list[str]:
         str(row[0]): {"scope": (row[1], _org(row[2]), row[3]), "payload": json.loads(row[4])}
         for row in _fetch(
             "SELECT id, job_type, organization_id, idempotency_key, payload::text "
-            # Scheduled jobs have no intent: reliability/schedules.py checks them.
-            "FROM runledger_job_queue WHERE NOT payload ? '_schedule'"
+            # Scheduled jobs and workflow steps have no intent: reliability/schedules.py and
+            # reliability/workflows.py check them.
+            "FROM runledger_job_queue WHERE NOT payload ? '_schedule' AND NOT payload ? '_workflow'"
         )
     }
 
@@ -457,6 +463,7 @@ def drain(live_workers: Collection[str], say: Callable[[str], None]) -> Drain:
 _PLANT_TARGETS = """
 SELECT id::text FROM runledger_job_queue
 WHERE status = 'SUCCEEDED' AND execution_resource_key IS NULL
+  AND workflow_step_id IS NULL  -- workflow steps get plants of their own (workflows.plant)
 ORDER BY id
 LIMIT 3
 """

@@ -23,7 +23,9 @@ What one run does:
    handlers of ``reliability.jobs_app`` with 3 s leases and a 1 s reaper, a retention process
    (the exact-ID recipe on promoted intents whose job SUCCEEDED, selected without locks; it
    journals each deleted job's record), a toggler that disables and re-enables one definition,
-   and a monitor that samples the queue for leases the reapers left expired. The handlers
+   a monitor that samples the queue for leases the reapers left expired, and a workflow
+   starter (``reliability.workflows``: fan-out/fan-in runs of STABLE steps, started in its own
+   transactions, some rolled back, some recorded as workflow intents). The handlers
    record every run they start and finish in their own table, sleep (some longer than a
    lease), write progress, and fail on purpose on some first attempts (RetryJob, exceptions).
    Meanwhile the harness SIGKILLs random promoters and workers, SIGTERMs random workers (each
@@ -41,7 +43,10 @@ What one run does:
    exactly once as a committed outcome, attempts, events and queue rows agree, retries kept
    their schedule, every handler run matches its attempt and every run beyond a job's first is
    explained by a deliberate failure, a kill or the restart, resources were held one at a
-   time, no lease stayed expired past the reapers' interval, no child thread died.
+   time, no lease stayed expired past the reapers' interval, no child thread died; and for
+   workflows: every committed run SUCCEEDED (a rolled-back one left nothing, every workflow
+   intent became its run), each step released once and only after its prerequisites'
+   success, step and run counters consistent with the steps.
 5. Prints the counts, stops the server and removes the run directory. Exit status 0 when every
    invariant held, 1 when one did not, 143 when terminated.
 
@@ -289,10 +294,11 @@ def child_main(role: str, name: str, run_root: str, seed: int, parent_pid: int) 
 
     from .schedules import SchedulerRole
     from .workers import ROLES
+    from .workflows import FlowStarter
 
-    roles = {**ROLES, "scheduler": SchedulerRole}
+    roles = {**ROLES, "scheduler": SchedulerRole, "flows": FlowStarter}
     paths = RunPaths(Path(run_root))
-    journal = Journal(paths.journal(name), durable=role in ("recorder", "retention"))
+    journal = Journal(paths.journal(name), durable=role in ("recorder", "retention", "flows"))
     _journal_thread_deaths(journal)
     # SIGUSR1 dumps every thread's stack: the harness asks a worker that stopped working.
     stacks = paths.stacks_file(name).open("w")
@@ -348,7 +354,7 @@ class Child:
         return self.signal == "SIGKILL"
 
 
-WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor", "scheduler")
+WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor", "scheduler", "flows")
 """Children that stop at the stop file; workers run on through the drain until SIGTERM."""
 WORKER_SETTLE_SECONDS = 1.0
 """A worker counts as started this long after its banner: its signal handlers are in place."""
@@ -559,6 +565,7 @@ class Harness:
                 ("toggler", 1),
                 ("monitor", 1),
                 ("scheduler", self.config.schedulers),
+                ("flows", 1),
                 ("worker", self.config.workers),
             ):
                 for number in range(count):
@@ -577,7 +584,9 @@ class Harness:
             chaos.problems += children.stop_workers(timeout=60)
             planted: list[str] = []
             if self.config.plant:
-                planted = checks.plant_violations()
+                from . import workflows
+
+                planted = checks.plant_violations() + workflows.plant()
                 for line in planted:
                     say(f"planted: {line}")
             workers = [
@@ -593,6 +602,9 @@ class Harness:
             ]
             result = checks.finish(paths, chaos.problems, drained, workers, chaos.restarts)
             result.violations += schedules.check(result.counts)
+            from . import workflows
+
+            result.violations += workflows.check(paths, result.counts)
             for _, _, name, _ in KILLS:
                 result.counts[name] = chaos.kills[name]
             result.counts["server restarts"] = len(chaos.restarts)

@@ -22,7 +22,13 @@ from django.core.management import call_command
 from django.db import Error as DjangoDatabaseError
 from django.db import connection, connections, transaction
 
-from runledger_django import IntentOutcome, RunledgerError, enqueue_job, promote_intents
+from runledger_django import (
+    IntentOutcome,
+    RunledgerError,
+    enqueue_job,
+    promote_intents,
+    promote_workflow_intents,
+)
 from runledger_django.api import delete_promoted_intents_for_jobs, record_intent
 from runledger_django.db.classify import is_session_fatal
 from runledger_django.domain import IntentStatus, JobStatus
@@ -426,15 +432,18 @@ class Promoter(Worker):
             limit = self.rng.choice(PROMOTION_LIMITS)
             try:
                 report = promote_intents(JOB_TYPES, limit=limit)
+                flows = promote_workflow_intents(limit=min(limit, 24))
             except Exception as exc:
                 kind = "error" if is_transient(exc) else "unexpected"
                 self.journal.write(kind, op="promote", limit=limit, error=describe(exc))
                 close_connections()
                 time.sleep(self.rng.uniform(0.02, 0.2))
                 continue
+            if flows.anything_happened:
+                self.journal.write("flow_pass", limit=limit, **flows.to_dict())
             if report.anything_happened:
                 self.journal.write("pass", limit=limit, **report.to_dict())
-            else:
+            elif not flows.anything_happened:
                 time.sleep(self.rng.uniform(0.01, 0.05))
 
 

@@ -947,3 +947,54 @@ class WorkflowStart:
     run_id: uuid.UUID
     status: WorkflowRunStatus
     disposition: Literal["inserted", "existing", "active"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowIntentOutcome:
+    """What ``record_workflow_intent`` observed for the idempotency key: ``disposition`` is
+    ``"inserted"`` for a new intent, ``"existing"`` for an identical retry; ``workflow_run_id``
+    is set once the intent is PROMOTED."""
+
+    intent_id: uuid.UUID
+    status: IntentStatus
+    workflow_run_id: uuid.UUID | None
+    disposition: Disposition
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return JSON-ready data (ids as strings, status as its word)."""
+        return {
+            "intent_id": str(self.intent_id),
+            "status": self.status.value,
+            "workflow_run_id": str(self.workflow_run_id) if self.workflow_run_id else None,
+            "disposition": self.disposition,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowPromotionReport:
+    """What one workflow-intent promotion pass did. ``inserted_runs`` started a run;
+    ``existing_runs`` found the run its key already had (same graph)."""
+
+    inserted_runs: int = 0
+    existing_runs: int = 0
+    conflicted: int = 0
+    definition_became_unavailable: int = 0
+    retry_deferred: int = 0
+    batch_was_full: bool = False
+    """The pass may have left eligible work behind: drain again without waiting."""
+
+    @property
+    def total_promoted(self) -> int:
+        return self.inserted_runs + self.existing_runs
+
+    @property
+    def anything_happened(self) -> bool:
+        return bool(
+            self.total_promoted
+            or self.conflicted
+            or self.definition_became_unavailable
+            or self.retry_deferred
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

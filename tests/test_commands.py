@@ -34,11 +34,13 @@ from runledger_django import (
     IntentMetrics,
     PromotionReport,
     RunledgerError,
+    Workflow,
     enqueue_job,
     record_intent,
+    record_workflow_intent,
 )
 from runledger_django.management import cli
-from runledger_django.models import Job, JobEnqueueIntent
+from runledger_django.models import Job, JobEnqueueIntent, WorkflowIntent, WorkflowRun
 from runledger_django.services import operations
 from tests.conftest import TEST_JOB_TYPE, MakeDefinition, wait_for_lock_wait
 
@@ -97,6 +99,22 @@ def test_promote_intents__drain_with_full_batches__repeats_passes(
     ]
     assert statuses() == ["PROMOTED"] * 60
     assert Job.objects.count() == 60
+
+
+@pytest.mark.django_db(transaction=True)
+def test_promote_intents__workflow_intents_pending__each_pass_starts_their_runs(
+    make_definition: MakeDefinition,
+) -> None:
+    make_definition()
+    flow = Workflow("commands.flow")
+    flow.step("only", TEST_JOB_TYPE, {"n": 1})
+    record_workflow_intent(flow, idempotency_key="flow:1")
+
+    run("promote_intents", "--json")
+
+    assert WorkflowIntent.objects.get().status == "PROMOTED"
+    assert WorkflowRun.objects.get().idempotency_key == "flow:1"
+    assert Job.objects.count() == 1
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1056,6 +1056,55 @@ CONTRACT_INDEXES.update(
 )
 
 
+# --- workflow intents (migration 0016) -----------------------------------------------------
+
+TABLES = sorted([*TABLES, "runledger_workflow_intents"])
+COLUMNS["runledger_workflow_intents"] = {
+    "conflicted_at": ("timestamp with time zone", False, None),
+    "created_at": ("timestamp with time zone", True, "now()"),
+    "enqueue_request": ("jsonb", True, None),
+    "id": ("uuid", True, "runledger_uuidv7()"),
+    "idempotency_key": ("text", True, None),
+    "job_types": ("jsonb", True, "'[]'::jsonb"),
+    "last_attempted_at": ("timestamp with time zone", False, None),
+    "last_error_code": ("text", False, None),
+    "last_error_message": ("text", False, None),
+    "next_promotion_at": ("timestamp with time zone", True, "now()"),
+    "organization_id": ("uuid", False, None),
+    "promoted_at": ("timestamp with time zone", False, None),
+    "promotion_attempts": ("integer", True, "0"),
+    "status": ("text", True, "'PENDING'::text"),
+    "updated_at": ("timestamp with time zone", True, "now()"),
+    "workflow_run_id": ("uuid", False, None),
+    "workflow_type": ("text", True, None),
+}
+CONSTRAINTS.update(
+    {
+        "chk_workflow_intents_attempts": (
+            "runledger_workflow_intents",
+            "CHECK ((promotion_attempts >= 0))",
+        ),
+        "chk_workflow_intents_promoted_run": (
+            "runledger_workflow_intents",
+            "CHECK ((((status = 'PROMOTED'::text) AND (workflow_run_id IS NOT NULL))"
+            " OR (NOT (status = 'PROMOTED'::text))))",
+        ),
+        "chk_workflow_intents_status": (
+            "runledger_workflow_intents",
+            "CHECK ((status = ANY (ARRAY['PENDING'::text, 'PROMOTED'::text, 'CONFLICTED'::text])))",
+        ),
+        "runledger_workflow_intents_pkey": ("runledger_workflow_intents", "PRIMARY KEY (id)"),
+    }
+)
+CONTRACT_INDEXES.update(
+    {
+        "idx_workflow_intents_pending": "CREATE INDEX idx_workflow_intents_pending ON public.runledger_workflow_intents USING btree (next_promotion_at, created_at, id) WHERE (status = 'PENDING'::text)",
+        "uq_workflow_intents_global_idempotency": "CREATE UNIQUE INDEX uq_workflow_intents_global_idempotency ON public.runledger_workflow_intents USING btree (workflow_type, idempotency_key) WHERE (organization_id IS NULL)",
+        "uq_workflow_intents_org_idempotency": "CREATE UNIQUE INDEX uq_workflow_intents_org_idempotency ON public.runledger_workflow_intents USING btree (workflow_type, organization_id, idempotency_key) WHERE (organization_id IS NOT NULL)",
+    }
+)
+
+
 def rows(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

@@ -692,3 +692,123 @@ INSERT INTO runledger_workflow_run_mutations (
 VALUES (%(run_id)s, %(mutation_key)s, CAST(%(metadata)s AS jsonb), CAST(%(request)s AS jsonb),
         CAST(%(step_ids)s AS jsonb))
 """
+
+# --- workflow intents (checklist item 10) ----------------------------------------------------
+
+_INSERT_INTENT: Final[LiteralString] = """
+/* runledger:workflow_record_intent */
+INSERT INTO runledger_workflow_intents (
+    id, workflow_type, organization_id, idempotency_key, enqueue_request, job_types
+)
+VALUES (%(id)s, %(workflow_type)s, %(organization_id)s, %(idempotency_key)s,
+        CAST(%(request)s AS jsonb), CAST(%(job_types)s AS jsonb))
+"""
+
+# Record an intent unless its key is taken; the scope's partial unique index is the arbiter
+# (the ORM cannot name an arbiter with a WHERE). A conflicting insert still in flight is waited
+# for: the key's owner decides, as record_intent does.
+INSERT_INTENT_GLOBAL: Final[LiteralString] = (
+    _INSERT_INTENT
+    + """ON CONFLICT (workflow_type, idempotency_key) WHERE organization_id IS NULL
+DO NOTHING
+RETURNING id"""
+)
+
+INSERT_INTENT_ORG: Final[LiteralString] = (
+    _INSERT_INTENT
+    + """ON CONFLICT (workflow_type, organization_id, idempotency_key)
+    WHERE organization_id IS NOT NULL
+DO NOTHING
+RETURNING id"""
+)
+
+# The intent stored under a key and whether its request equals this one as jsonb. No row lock:
+# a promoter holds the row while it promotes, and a recorder must not wait for it.
+EXISTING_INTENT: Final[LiteralString] = """
+/* runledger:workflow_existing_intent */
+SELECT intent.id, intent.status, intent.workflow_run_id,
+       intent.enqueue_request = CAST(%(request)s AS jsonb)
+FROM runledger_workflow_intents intent
+WHERE intent.workflow_type = %(workflow_type)s
+  AND intent.organization_id IS NOT DISTINCT FROM CAST(%(organization_id)s AS uuid)
+  AND intent.idempotency_key = %(idempotency_key)s
+"""
+
+# The eligible pending intents, in claim order: due, and every job type they name has an
+# enabled definition (the enabled set is computed once, an InitPlan; an intent naming a type
+# not synced yet is never claimed, so it waits without spending attempts, as a job intent of
+# an unknown type does). SKIP LOCKED splits the backlog between concurrent promoters; the lock
+# is on intent rows only, so definitions stay shareable.
+CLAIM_INTENTS: Final[LiteralString] = """
+/* runledger:workflow_claim_intents */
+SELECT intent.id, intent.organization_id, intent.idempotency_key,
+       intent.enqueue_request::text
+FROM runledger_workflow_intents intent
+WHERE intent.status = 'PENDING'
+  AND intent.next_promotion_at <= now()
+  AND intent.job_types <@ (
+      SELECT COALESCE(jsonb_agg(definition.job_type), '[]'::jsonb)
+      FROM runledger_job_definitions definition
+      WHERE definition.is_enabled)
+ORDER BY intent.next_promotion_at, intent.created_at, intent.id
+LIMIT %(limit)s
+FOR NO KEY UPDATE OF intent SKIP LOCKED
+"""
+
+# The idle check, outside any transaction block (one round trip, no locks): is any intent due
+# whose types are all defined? It walks idx_workflow_intents_pending, which holds only PENDING
+# rows, so an idle promoter reads nothing but that index's first page.
+HAS_ELIGIBLE_INTENT: Final[LiteralString] = """
+/* runledger:workflow_intents_eligible */
+SELECT 1
+FROM runledger_workflow_intents intent
+WHERE intent.status = 'PENDING'
+  AND intent.next_promotion_at <= now()
+  AND intent.job_types <@ (
+      SELECT COALESCE(jsonb_agg(definition.job_type), '[]'::jsonb)
+      FROM runledger_job_definitions definition
+      WHERE definition.is_enabled)
+LIMIT 1
+"""
+
+_ONE_PENDING_INTENT: Final[LiteralString] = """
+WHERE intent.id = %(id)s AND intent.status = 'PENDING'"""
+
+_COUNT_INTENT_ATTEMPT: Final[LiteralString] = (
+    "promotion_attempts = LEAST(intent.promotion_attempts, 2147483645) + 1"
+)
+
+# The transitions of a claimed intent (each touches exactly one PENDING row).
+MARK_INTENT_PROMOTED: Final[LiteralString] = (
+    """
+UPDATE runledger_workflow_intents intent
+SET status = 'PROMOTED', workflow_run_id = %(run_id)s, promoted_at = now(),
+    last_attempted_at = now(), last_error_code = NULL, last_error_message = NULL, """
+    + _COUNT_INTENT_ATTEMPT
+    + _ONE_PENDING_INTENT
+)
+
+MARK_INTENT_CONFLICTED: Final[LiteralString] = (
+    """
+UPDATE runledger_workflow_intents intent
+SET status = 'CONFLICTED', conflicted_at = now(), last_attempted_at = now(),
+    last_error_code = %(code)s, last_error_message = %(message)s, """
+    + _COUNT_INTENT_ATTEMPT
+    + _ONE_PENDING_INTENT
+)
+
+# A failure that may pass (a lock wait that timed out, a failing trigger): retry later with
+# the job intents' capped, jittered backoff.
+MARK_INTENT_DEFERRED: Final[LiteralString] = (
+    """
+UPDATE runledger_workflow_intents intent
+SET last_attempted_at = now(), last_error_code = %(code)s, last_error_message = %(message)s,
+    next_promotion_at = now()
+        + LEAST(interval '4 minutes',
+                interval '1 second' * power(2.0, LEAST(promotion_attempts, 9)::double precision))
+        + random() * LEAST(interval '1 minute',
+                interval '0.25 seconds' * power(2.0, LEAST(promotion_attempts, 9)::double precision)),
+    """
+    + _COUNT_INTENT_ATTEMPT
+    + _ONE_PENDING_INTENT
+)

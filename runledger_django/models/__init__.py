@@ -35,6 +35,7 @@ from .schedules import JobSchedule, ScheduleFire
 from .workers import WorkerRecord
 from .workflows import (
     WorkflowActiveClaim,
+    WorkflowIntent,
     WorkflowRecovery,
     WorkflowRun,
     WorkflowRunMutation,
@@ -61,6 +62,7 @@ __all__ = [
     "ScheduleFire",
     "WorkerRecord",
     "WorkflowActiveClaim",
+    "WorkflowIntent",
     "WorkflowRecovery",
     "WorkflowRun",
     "WorkflowRunMutation",

@@ -15,6 +15,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from ..domain import (
+    IntentStatus,
     WorkflowRecoveryMode,
     WorkflowReleaseMode,
     WorkflowRunStatus,
@@ -363,3 +364,72 @@ class WorkflowRecovery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.recovery_run_id} recovers {self.source_run_id}"
+
+
+class WorkflowIntent(models.Model):
+    """A run requested in the caller's transaction (``record_workflow_intent``), promoted into
+    exactly one keyed run once every job type it names has an enabled definition.
+
+    ``workflow_run_id`` carries no foreign key: retention may delete the run while the intent
+    still deduplicates its key, as a promoted job intent does."""
+
+    id = models.UUIDField(primary_key=True, default=uuid7, editable=False)
+    workflow_type = models.TextField()
+    organization_id = models.UUIDField(null=True, blank=True)
+    idempotency_key = models.TextField()
+    enqueue_request = models.JSONField()
+    """The canonical start request (the run stores the same one)."""
+    job_types = models.JSONField(db_default=models.Value([], models.JSONField()), default=list)
+    """The job types of its JOB steps: promotion waits until each has an enabled definition."""
+    status = models.TextField(
+        choices=IntentStatus.choices,
+        db_default=IntentStatus.PENDING,
+        default=IntentStatus.PENDING,
+    )
+    workflow_run_id = models.UUIDField(null=True, blank=True)
+    promotion_attempts = models.IntegerField(db_default=0, default=0)
+    next_promotion_at = models.DateTimeField(db_default=TRANSACTION_NOW)
+    last_attempted_at = models.DateTimeField(null=True, blank=True)
+    promoted_at = models.DateTimeField(null=True, blank=True)
+    conflicted_at = models.DateTimeField(null=True, blank=True)
+    last_error_code = models.TextField(null=True, blank=True)
+    last_error_message = models.TextField(null=True, blank=True)
+    created_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+    updated_at = models.DateTimeField(db_default=TRANSACTION_NOW, editable=False)
+
+    class Meta:
+        db_table = "runledger_workflow_intents"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["workflow_type", "organization_id", "idempotency_key"],
+                condition=Q(organization_id__isnull=False),
+                name="uq_workflow_intents_org_idempotency",
+            ),
+            models.UniqueConstraint(
+                fields=["workflow_type", "idempotency_key"],
+                condition=Q(organization_id__isnull=True),
+                name="uq_workflow_intents_global_idempotency",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=IntentStatus.values), name="chk_workflow_intents_status"
+            ),
+            models.CheckConstraint(
+                condition=Q(status=IntentStatus.PROMOTED, workflow_run_id__isnull=False)
+                | ~Q(status=IntentStatus.PROMOTED),
+                name="chk_workflow_intents_promoted_run",
+            ),
+            models.CheckConstraint(
+                condition=Q(promotion_attempts__gte=0),
+                name="chk_workflow_intents_attempts",
+            ),
+        ]
+        indexes = [
+            models.Index(
+                fields=["next_promotion_at", "created_at", "id"],
+                condition=Q(status=IntentStatus.PENDING),
+                name="idx_workflow_intents_pending",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow_type} {self.idempotency_key}"

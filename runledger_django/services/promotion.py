@@ -3,7 +3,7 @@
 ``promote_intents`` checks a call and runs one pass (``promotion_pass.py`` holds the pass:
 its budget, the set-based batch, the per-row fallback, and what a failed row does);
 ``run_promoter`` drains or loops over passes (the ``promote_intents`` command runs it through
-``services/operations.py``).
+``services/operations.py``); each of its passes also promotes due workflow intents.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from ..validation import validate_job_types, validate_page
 from . import tracing
 from .outage import Outage
 from .promotion_pass import run_pass
+from .workflows import promote_workflow_intents
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +100,7 @@ def run_promoter(
         connection.close_if_unusable_or_obsolete()
         try:
             report = promote_intents(job_types(), limit=limit, using=using)
+            flows = promote_workflow_intents(using=using)
         except RunledgerError as error:
             if not loop:
                 raise
@@ -108,7 +110,7 @@ def run_promoter(
         passes += 1
         if on_pass is not None:
             on_pass(report)
-        if report.batch_was_full:
+        if report.batch_was_full or flows.batch_was_full:
             continue
         if not loop:
             break

@@ -44,6 +44,7 @@ from ..services.promotion import promote_intents
 from ..services.reaper import REAPER_RETRY_DELAY_MS, reap_expired_leases
 from ..services.wakeup import INTENTS_CHANNEL, JOBS_CHANNEL, SCHEDULES_CHANNEL, wake_after_commit
 from ..services.worker_registry import VERSION
+from ..services.workflows import promote_workflow_intents
 from ..uuid7 import uuid7
 from .completer import Completer, Refill
 from .execution import (
@@ -439,6 +440,7 @@ class Worker:
                     report = promote_intents(
                         config.job_types, limit=config.promotion_batch_size, using=config.using
                     )
+                    flows = promote_workflow_intents(using=config.using)
                 except RunledgerError as error:
                     if is_outage(error):
                         self.note_outage()
@@ -457,13 +459,13 @@ class Worker:
                     self.background_stop.wait(config.poll_interval)
                     continue
                 self.outage.succeeded()
-                if report.total_promoted:
+                if report.total_promoted or flows.inserted_runs:
                     self.poke()
                     wake_after_commit(config.using, JOBS_CHANNEL)
                 now = time.monotonic()
-                if woken or report.anything_happened:
+                if woken or report.anything_happened or flows.anything_happened:
                     hot_until = now + HOT_SECONDS
-                if report.batch_was_full:
+                if report.batch_was_full or flows.batch_was_full:
                     continue
                 self.promoter_wake.wait(
                     HOT_TICK_SECONDS if now < hot_until else self._idle_poll_seconds()
@@ -814,6 +816,8 @@ class Worker:
             limit=self.config.promotion_batch_size,
             using=self.config.using,
         ).batch_was_full:
+            pass
+        while promote_workflow_intents(using=self.config.using).batch_was_full:
             pass
 
     def _dispatch(self, claimed: Sequence[ClaimedJob]) -> None:

@@ -126,6 +126,9 @@ def test_harness__ci_sized_run__passes_and_leaves_nothing_running(
         assert counts[name] >= 1, (name, harness.output)
     for name in ("recorded", "duplicates converged", "conflicts raised", "promoted", "retained"):
         assert counts[name] > 0, (name, harness.output)
+    # Workflow runs went through the same chaos; each step was checked (workflows.check).
+    assert counts["workflow runs"] > 0, harness.output
+    assert counts["workflow steps checked"] == 8 * counts["workflow runs"], harness.output
     # Every job ran and succeeded once, retries happened, and each extra run was explained.
     assert counts["jobs succeeded"] == counts["jobs checked"] > 0, harness.output
     assert counts["retained jobs checked"] > 0, harness.output
@@ -172,7 +175,14 @@ def test_harness__planted_violations__each_reported_and_the_run_fails(
             phrase,
             harness.output,
         )
-    assert "violations: 4" in harness.output, harness.output
+    workflow_runs = re.findall(r"planted: .*?workflow (?:run )?(\S+)", harness.output)
+    assert len(workflow_runs) == 2, harness.output
+    for key, phrase in zip(workflow_runs, ("counters pending=1", "succeeded=7"), strict=True):
+        assert any(key in line and phrase in line for line in violations), (
+            phrase,
+            harness.output,
+        )
+    assert "violations: 6" in harness.output, harness.output
 
 
 def test_harness__sigkilled__next_sweep_stops_its_server_and_children_die(

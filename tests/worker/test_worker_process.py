@@ -23,8 +23,8 @@ import psycopg
 import pytest
 from django.db import connections
 
-from runledger_django import enqueue_job, record_intent
-from runledger_django.models import Job, JobAttempt, JobEvent
+from runledger_django import Workflow, enqueue_job, record_intent, record_workflow_intent
+from runledger_django.models import Job, JobAttempt, JobEvent, WorkflowIntent, WorkflowRun
 from runledger_django.worker.registry import Handler, Registry
 from runledger_django.worker.runtime import EXIT_STUCK, Worker, WorkerConfig
 from tests.conftest import connection_kwargs, run_sql
@@ -378,6 +378,23 @@ def test_worker__burst_promote__promotes_intents_first_then_runs_their_jobs(
     assert sorted(job.idempotency_key or "" for job in jobs) == ["k0", "k1", "k2"]
     assert {job.status for job in jobs} == {"SUCCEEDED"}
     assert len(intents) == 3
+
+
+def test_worker__burst_promote__starts_workflow_intents_and_runs_their_steps(
+    spawn_worker: SpawnWorker,
+) -> None:
+    flow = Workflow("worker.chain")
+    first = flow.step("first", NOOP, {"n": 1})
+    flow.step("second", NOOP, {"n": 2}, after=[first])
+    intent = record_workflow_intent(flow, idempotency_key="chain")
+
+    worker = spawn_worker("--burst", "--promote", "--job-type", NOOP)
+
+    assert worker.wait() == 0
+    run = WorkflowRun.objects.get()
+    assert (run.status, run.idempotency_key, run.steps_succeeded) == ("SUCCEEDED", "chain", 2)
+    promoted = WorkflowIntent.objects.get(id=intent.intent_id)
+    assert (promoted.status, promoted.workflow_run_id) == ("PROMOTED", run.id)
 
 
 def test_worker__json__one_object_per_finished_attempt(spawn_worker: SpawnWorker) -> None:

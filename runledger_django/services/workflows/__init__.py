@@ -13,6 +13,7 @@ from .append import append_from_running_step, append_workflow_steps
 from .builder import StepHandle, Workflow
 from .cancel import cancel_workflow
 from .external import complete_external_step
+from .intents import promote_workflow_intents, record_workflow_intent
 from .reads import (
     WorkflowHandle,
     get_workflow_run,
@@ -35,6 +36,8 @@ __all__ = [
     "get_workflow_run",
     "list_workflow_runs",
     "list_workflow_steps",
+    "promote_workflow_intents",
+    "record_workflow_intent",
     "retry_workflow",
     "start_workflow",
     "step_context",

@@ -17,7 +17,7 @@ from ...validation import encode_payload, is_blank, utf8_length
 from ._scope import read_committed, run_status, scope_params
 from .builder import Workflow
 from .release import RunDelta, propagate_runs, run_lock_key
-from .start import _definitions
+from .start import _definitions, pack_arrays
 from .validation import PreparedStep, PreparedWorkflow, prepare_steps
 
 DEFAULT_USING = "default"
@@ -220,7 +220,7 @@ def _append(
         raise RunledgerError.for_code(Code.WF_RELEASE_CONFLICT, f"run {run_id} is being canceled")
     definitions = _definitions(cursor, _as_prepared(prepared))
     graph, decide = _graph(run_id, organization_id, prepared, existing, definitions)
-    execute(cursor, workflow_queries.INSERT_GRAPH, graph, context=context)
+    execute(cursor, workflow_queries.INSERT_GRAPH, pack_arrays(graph), context=context)
     step_ids = [step.id for step in prepared]
     execute(
         cursor,

@@ -22,7 +22,7 @@ from ...uuid7 import uuid7
 from ...validation import is_blank, utf8_length
 from ..wakeup import JOBS_CHANNEL, wake_after_commit
 from ._scope import not_found, read_committed, scope_params
-from .start import active_scope
+from .start import active_scope, pack_arrays
 
 DEFAULT_USING = "default"
 DEFAULT_REQUEST_KEY = "retry"
@@ -144,7 +144,7 @@ def _retry(cursor: Any, params: dict[str, Any], request_key: str, reason: str) -
         },
         context=context,
     )
-    execute(cursor, workflow_queries.INSERT_GRAPH, graph, context=context)
+    execute(cursor, workflow_queries.INSERT_GRAPH, pack_arrays(graph), context=context)
     if active_key is not None:
         execute(
             cursor,
