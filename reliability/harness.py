@@ -358,6 +358,8 @@ WRITER_ROLES = ("recorder", "promoter", "retention", "toggler", "monitor", "sche
 """Children that stop at the stop file; workers run on through the drain until SIGTERM."""
 WORKER_SETTLE_SECONDS = 1.0
 """A worker counts as started this long after its banner: its signal handlers are in place."""
+FIRST_KILLS_GRACE_SECONDS = 60.0
+"""How long the chaos may outlast ``--seconds`` to give every kind of kill its first turn."""
 SIGTERM_EXIT_SECONDS = 30.0
 """A SIGTERMed worker hands back what runs past its 1 s grace and exits well within this."""
 
@@ -669,7 +671,11 @@ class Harness:
         first_kills = rng.sample(KILLS, len(KILLS))
         weights = [kill[3] for kill in KILLS]
         say(f"running for {config.seconds:g} s")
-        while (now := time.monotonic()) < end:
+        # A loaded machine can leave no started child to signal for a while: the chaos runs
+        # on past its end (by at most FIRST_KILLS_GRACE_SECONDS) until each kind has happened.
+        while (now := time.monotonic()) < end or (
+            first_kills and now < end + FIRST_KILLS_GRACE_SECONDS
+        ):
             if len(log.restarts) < len(restart_times) and now >= restart_times[len(log.restarts)]:
                 old_pid = server.pid
                 began = time.time()
