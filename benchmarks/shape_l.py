@@ -4,9 +4,9 @@ left unlimited, then with a generous ``max_concurrency``, then with a generous r
 
 An unlimited type takes the claim's fast path (one statement). A limited one goes through the
 limited claim (docs/queue-control.md): a transaction-scoped advisory lock, a count of the
-type's LEASED jobs or a read of its start log, and the charge, in one more round trip. The
-limits here never bind (1,000 running, 10,000 starts per second): the drain measures what
-enforcing them costs. Rounds alternate the order; medians are reported. Target: each limited
+type's LEASED jobs or its rate's arrival time (GCRA, migration 0016), and the charge, in one
+more round trip. The limits here never bind (1,000 running, 10,000 starts per second): the
+drain measures what enforcing them costs. Rounds alternate the order; medians are reported. Target: each limited
 rate is at least 0.9x the unlimited one.
 
 Default: 10,000 jobs, 3 rounds; --quick: 1,000 jobs, one round.

@@ -40,7 +40,7 @@ from runledger_django.models import (
     WorkflowStepDependency,
 )
 from runledger_django.validation import WHITESPACE, is_blank
-from tests.conftest import TEST_JOB_TYPE, insert_raw_intent
+from tests.conftest import TEST_JOB_TYPE, insert_raw_intent, run_sql
 
 pytestmark = pytest.mark.django_db
 
@@ -673,8 +673,8 @@ COLUMNS["runledger_job_definitions"].update(
 )
 COLUMNS["runledger_job_rate_limits"] = {
     "job_type": ("text", True, None),
-    # Not in the model (migration 0015 adds it with RunSQL): only the claim statements use it.
-    "recent_starts": ("timestamp with time zone[]", True, "'{}'::timestamp with time zone[]"),
+    # Migration 0016: GCRA's one timestamp replaced 0015's log of starts.
+    "theoretical_arrival_at": (TS, True, None),
 }
 CONSTRAINTS.update(
     {
@@ -1242,7 +1242,7 @@ def test_models__cover_every_column() -> None:
     ):
         table = model._meta.db_table
         columns = {field.column for field in model._meta.concrete_fields}
-        assert columns == set(COLUMNS[table]) - {"progress_pct", "recent_starts"}
+        assert columns == set(COLUMNS[table]) - {"progress_pct"}
 
 
 def test_progress_pct__generated_from_progress(definition: JobDefinition) -> None:
@@ -1806,3 +1806,38 @@ def test_migrate__to_zero_and_back__same_schema(remigrate_at_end: None) -> None:
     assert schema_objects() == []
     call_command("migrate", "runledger", verbosity=0)
     assert sorted(schema_objects()) == before
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_0016__rate_log_becomes_the_equal_debt_and_back(remigrate_at_end: None) -> None:
+    """0015's log of starts becomes GCRA's arrival time: the starts still in the window, each
+    one emission interval (period / count, here 10 s) of debt; a stale row goes; going back
+    leaves every log empty."""
+    call_command("migrate", "runledger", "0015_queue_control", verbosity=0)
+    run_sql(
+        "INSERT INTO runledger_job_definitions (job_type, rate_limit_count,"
+        " rate_limit_period_seconds) VALUES ('jobs.rated', 6, 60), ('jobs.unrated', NULL, NULL)"
+    )
+    run_sql(
+        "INSERT INTO runledger_job_rate_limits (job_type, recent_starts) VALUES"
+        " ('jobs.rated', ARRAY[now() - interval '90 seconds', now() - interval '5 seconds',"
+        "  now() - interval '1 second']),"
+        " ('jobs.unrated', ARRAY[now()])"
+    )
+    before = run_sql("SELECT now()")[0][0]
+
+    call_command("migrate", "runledger", "0016_limits_gcra", verbosity=0)
+
+    after = run_sql("SELECT now()")[0][0]
+    [(job_type, arrival)] = run_sql(
+        "SELECT job_type, theoretical_arrival_at FROM runledger_job_rate_limits"
+    )
+    assert job_type == "jobs.rated"
+    assert before + dt.timedelta(seconds=20) <= arrival <= after + dt.timedelta(seconds=20)
+
+    call_command("migrate", "runledger", "0015_queue_control", verbosity=0)
+    assert run_sql(
+        "SELECT job_type, cardinality(recent_starts) FROM runledger_job_rate_limits"
+    ) == [("jobs.rated", 0)]
+    run_sql("DELETE FROM runledger_job_rate_limits")
+    run_sql("DELETE FROM runledger_job_definitions WHERE job_type LIKE 'jobs.%%rated'")

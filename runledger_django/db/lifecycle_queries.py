@@ -167,18 +167,20 @@ CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_jo
 
 # --- claims of limited job types (docs/queue-control.md) -------------------------------------
 
-# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0015,
-# planned once per session. It takes a transaction-scoped advisory lock per limited type (the
-# two-key form: this key space, the type's hash), skipping a type another claimer holds; then,
-# in a later query of the same transaction (whose snapshot sees every claim the lock's previous
-# holder committed; READ COMMITTED takes one per query), it reads each locked type's definition,
-# counts its LEASED jobs (an expired, unreaped lease still counts: its handler may run) and its
-# starts in the rate window, leases at most what both limits leave, in claim order, as the fast
-# path leases (resource keys included), and appends the starts to the type's log (dropping those
-# that left the window: "at most N starts in any window of the period" holds exactly). A type
-# its limit held back (fewer slots than asked, all taken, another job due) gets a marker row:
-# id NULL, the reason ("concurrency" or "rate") in the payload column. The lock ends with the
-# transaction, so it also works behind PgBouncer in transaction mode.
+# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0016
+# (0015's, its rate limit rewritten as GCRA), planned once per session. It takes a
+# transaction-scoped advisory lock per limited type (the two-key form: this key space, the
+# type's hash), skipping a type another claimer holds; then, in a later query of the same
+# transaction (whose snapshot sees every claim the lock's previous holder committed; READ
+# COMMITTED takes one per query), it reads each locked type's definition, counts its LEASED
+# jobs (an expired, unreaped lease still counts: its handler may run) and the starts its rate
+# admits now (GCRA: the whole emission intervals, period / count, between the later of the
+# type's theoretical arrival time and now, and now plus the period, in integer microseconds),
+# leases at most what both limits leave, in claim order, as the fast path leases (resource keys
+# included), and advances the arrival time by one interval per job leased (one upserted row).
+# A type its limit held back (fewer slots than asked, all taken, another job due) gets a marker
+# row: id NULL, the reason ("concurrency" or "rate") in the payload column. The lock ends with
+# the transaction, so it also works behind PgBouncer in transaction mode.
 LIMIT_LOCK_SPACE: Final[int] = 1920298605
 CLAIM_LIMITED_JOBS: Final[LiteralString] = """
 SELECT /* runledger:claim_limited_jobs */ id, run_number, attempt, job_type, organization_id,

@@ -94,17 +94,16 @@ class JobDefinition(models.Model):
 
 
 class JobRateLimitState(models.Model):
-    """The rate limit's log per limited job type (docs/queue-control.md): the start times of
-    its jobs within the last period, at most ``rate_limit_count`` of them. The claim that
-    admits jobs appends their start and drops what left the window, so "at most N starts in
-    any window of the period" holds exactly. Kept off the definition row so an admin save of a
-    stale form never rewinds it; no foreign key, so a deleted definition leaves a harmless row.
-
-    The log, ``recent_starts timestamptz[]``, is created by migration 0015 outside the model:
-    the ORM has no array field without ``django.contrib.postgres``, which a host need not
-    install. Only the claim statements read or write it."""
+    """The rate limit's state per limited job type (docs/queue-control.md): GCRA's theoretical
+    arrival time. With T = period / count, a claim at ``now`` admits the whole intervals T
+    between the later of this time and ``now``, and ``now`` plus the period, and advances it
+    by T per job it leased: a burst of up to the count after an idle period, then one start per
+    T. Kept off the definition row so an admin save of a stale form never rewinds it; no
+    foreign key, so a deleted definition leaves a harmless row. Only the limited claim writes
+    it (migration 0016's function)."""
 
     job_type = models.TextField(primary_key=True)
+    theoretical_arrival_at = models.DateTimeField()
 
     class Meta:
         db_table = "runledger_job_rate_limits"

@@ -33,7 +33,10 @@ from dataclasses import replace
 from importlib import metadata
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeVar
 
-from ..conf import DEFAULTS, conf
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+
+from ..conf import DEFAULTS
 from ..domain import (
     ClaimedJob,
     EnqueueOutcome,
@@ -96,31 +99,57 @@ class _Tracing(NamedTuple):
     baggage: bool
 
 
+_UNSET = object()
+_settled: tuple[object, object, _Tracing | None] = (_UNSET, _UNSET, None)
+"""The last answer of ``_tracing``, for the provider and the ``RUNLEDGER`` dict it was worked
+out from: a run asks twice per job, and working it out again costs a few µs each time."""
+
+
 def _tracing() -> _Tracing | None:
     """The tracer and the tracing settings, or None when nothing can be recorded.
 
-    ``settings.RUNLEDGER`` is read once: each ``conf`` property reads it again, which costs
-    about 3 µs apiece while the dict is unset (Django's settings object looks a missing name
-    up anew every time), and a run would read three of them.
+    Worked out again only when the global tracer provider or the ``settings.RUNLEDGER`` object
+    changes (``override_settings`` replaces it; a change in place is caught by the
+    ``setting_changed`` signal), so the hot paths pay two identity checks.
     """
-    global _tracer_of
     if trace is None:
         return None
     provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider):
-        return None  # no SDK set up: the API's placeholder would only make invalid spans
-    raw = conf.raw
-    if not raw.get("TRACING_ENABLED", DEFAULTS["TRACING_ENABLED"]):
-        return None
-    remembered = _tracer_of
-    if remembered is None or remembered[0] is not provider:
-        remembered = (provider, provider.get_tracer(TRACER_NAME, _version()))
-        _tracer_of = remembered
-    return _Tracing(
-        tracer=remembered[1],
-        run_parent=str(raw.get("TRACING_RUN_PARENT", DEFAULTS["TRACING_RUN_PARENT"])),
-        baggage=bool(raw.get("TRACING_BAGGAGE", DEFAULTS["TRACING_BAGGAGE"])),
-    )
+    raw = getattr(django_settings, "RUNLEDGER", None)
+    settled = _settled
+    if settled[0] is provider and settled[1] is raw:
+        return settled[2]
+    return _settle(provider, raw)
+
+
+def _settle(provider: object, raw: object) -> _Tracing | None:
+    global _tracer_of, _settled
+    tracing: _Tracing | None = None
+    values = raw if isinstance(raw, dict) else {}
+    if trace is not None and not isinstance(provider, trace.ProxyTracerProvider):
+        # (The API's placeholder provider would only make invalid spans: none is made.)
+        if values.get("TRACING_ENABLED", DEFAULTS["TRACING_ENABLED"]):
+            remembered = _tracer_of
+            if remembered is None or remembered[0] is not provider:
+                remembered = (provider, provider.get_tracer(TRACER_NAME, _version()))  # type: ignore[attr-defined]
+                _tracer_of = remembered
+            tracing = _Tracing(
+                tracer=remembered[1],
+                run_parent=str(values.get("TRACING_RUN_PARENT", DEFAULTS["TRACING_RUN_PARENT"])),
+                baggage=bool(values.get("TRACING_BAGGAGE", DEFAULTS["TRACING_BAGGAGE"])),
+            )
+    _settled = (provider, raw, tracing)
+    return tracing
+
+
+def _forget(*, setting: str = "", **kwargs: Any) -> None:
+    """A changed ``RUNLEDGER`` setting: work the tracing settings out again."""
+    global _settled
+    if setting == "RUNLEDGER":
+        _settled = (_UNSET, _UNSET, None)
+
+
+setting_changed.connect(_forget, dispatch_uid="runledger_django.services.tracing")
 
 
 def _version() -> str:
@@ -334,26 +363,64 @@ def process(claimed: ClaimedJob, run: Callable[[], R]) -> R:
     tracing = _tracing()
     if tracing is None:
         return run()
+    return process_traced(tracing, claimed, run)
+
+
+def run_tracing() -> _Tracing | None:
+    """What ``process_traced`` needs, or None when runs are not traced (the worker asks once
+    per run, then either runs the job bare or hands this over)."""
+    return _tracing()
+
+
+CACHE_MAX = 256
+"""Entries kept by each per-process cache below (cleared whole when full): job types' span
+names and attributes, and stored contexts with what they decode to."""
+_run_statics: dict[str, tuple[str, dict[str, Any]]] = {}
+"""A job type's span name and the attributes every one of its runs shares, built once."""
+_parents: dict[tuple[str | None, str, bool], tuple[Any, list[Any]]] = {}
+"""A stored context's parent context and links, decoded once: the jobs of one request or one
+bulk enqueue carry the same text, and contexts and links are immutable."""
+
+
+def process_traced(tracing: _Tracing, claimed: ClaimedJob, run: Callable[[], R]) -> R:
+    """``process`` once ``run_tracing`` said runs are traced."""
+    job_type = claimed.job_type
+    statics = _run_statics.get(job_type)
+    if statics is None:
+        statics = _remember(
+            _run_statics,
+            job_type,
+            (
+                f"process {job_type}",
+                {
+                    "messaging.system": MESSAGING_SYSTEM,
+                    "messaging.operation.name": "process",
+                    "messaging.operation.type": "process",
+                    "messaging.destination.name": job_type,
+                },
+            ),
+        )
     lease = claimed.lease
-    attributes: dict[str, Any] = {
-        "messaging.system": MESSAGING_SYSTEM,
-        "messaging.operation.name": "process",
-        "messaging.operation.type": "process",
-        "messaging.destination.name": claimed.job_type,
-        "messaging.message.id": str(lease.job_id),
-        "messaging.client.id": lease.worker_id,
-        "runledger.job.attempt": lease.attempt,
-        "runledger.job.run_number": lease.run_number,
-    }
-    parent, links = _run_parent(claimed.trace_context, tracing)
+    attributes = statics[1].copy()
+    attributes["messaging.message.id"] = str(lease.job_id)
+    attributes["messaging.client.id"] = lease.worker_id
+    attributes["runledger.job.attempt"] = lease.attempt
+    attributes["runledger.job.run_number"] = lease.run_number
+    key = (claimed.trace_context, tracing.run_parent, tracing.baggage)
+    found = _parents.get(key)
+    if found is None:
+        found = _remember(_parents, key, _run_parent(claimed.trace_context, tracing))
+    parent, links = found
     span = tracing.tracer.start_span(
-        f"process {claimed.job_type}",
+        statics[0],
         context=parent,
         kind=SpanKind.CONSUMER,
         attributes=attributes,
         links=links,
     )
     # One attach: the span and, in "link" mode, the restored baggage become current together.
+    # A span the sampler dropped is made current too: the handler's own spans follow its
+    # decision.
     token = otel_context.attach(trace.set_span_in_context(span, parent))
     try:
         result = run()
@@ -361,15 +428,27 @@ def process(claimed: ClaimedJob, run: Callable[[], R]) -> R:
         _failed(span, exc)
         raise
     else:
-        span.set_attribute("runledger.job.outcome", result.outcome)
-        if result.outcome in FAILED_OUTCOMES:
-            code = result.error_code or result.outcome
-            span.set_attribute("error.type", code)
-            span.set_status(StatusCode.ERROR, code)
+        if span.is_recording():
+            span.set_attribute("runledger.job.outcome", result.outcome)
+            if result.outcome in FAILED_OUTCOMES:
+                code = result.error_code or result.outcome
+                span.set_attribute("error.type", code)
+                span.set_status(StatusCode.ERROR, code)
         return result
     finally:
         otel_context.detach(token)
         span.end()
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def _remember(cache: dict[K, V], key: K, value: V) -> V:
+    if len(cache) >= CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
 
 
 def _run_parent(stored: str | None, tracing: _Tracing) -> tuple[Any, list[Any]]:

@@ -164,9 +164,11 @@ def execute(
     what the handler does; a failure to record the outcome is returned as ``persist_failed``.
     With tracing on, the attempt runs inside its ``process`` span (services/tracing.py).
     """
-    if not tracing.active():
+    traced = tracing.run_tracing()
+    if traced is None:
         return _execute(execution, registry, using=using, completer=completer)
-    return tracing.process(
+    return tracing.process_traced(
+        traced,
         execution.claimed,
         lambda: _execute(execution, registry, using=using, completer=completer),
     )

@@ -52,6 +52,8 @@ CLAIM_DURATION_BUCKETS: tuple[float, ...] = (
 CUSTOM_ERROR_CODE_LIMIT = 50
 """Error codes outside the product's catalog (a handler's ``TerminalJobError(code=...)``)
 that get their own label value in one process; later ones read ``other``."""
+CHILD_CACHE_MAX = 4096
+"""Entries of each per-job child cache of ``PrometheusWorkerMetrics`` (cleared whole when full)."""
 PRODUCT_ERROR_CODES = frozenset(code.value for code in Code)
 
 
@@ -109,6 +111,11 @@ class PrometheusWorkerMetrics(WorkerMetrics):
         self._zeroed: set[str] = set()
         self._info: tuple[str, str] | None = None
         self._custom_codes: set[str] = set()
+        self._per_job: dict[tuple[str, str], tuple[Any, Any]] = {}
+        """(job type, outcome) -> its attempts counter and run-duration histogram children:
+        two ``labels()`` lookups per finished job otherwise (label checks, a lock, a tuple)."""
+        self._delays: dict[str, Any] = {}
+        """Job type -> its start-delay histogram child."""
         counter, gauge, histogram = client.Counter, client.Gauge, client.Histogram
         on = {"registry": self.registry}
         self.attempts = counter(
@@ -240,14 +247,29 @@ class PrometheusWorkerMetrics(WorkerMetrics):
         for job in jobs:
             if job.due_at is not None:
                 delay = (job.claimed_at - job.due_at).total_seconds()
-                self.start_delay.labels(self._type_label(job.job_type)).observe(max(0.0, delay))
+                child = self._delays.get(job.job_type)
+                if child is None:
+                    child = self.start_delay.labels(self._type_label(job.job_type))
+                    if len(self._delays) >= CHILD_CACHE_MAX:
+                        self._delays.clear()
+                    self._delays[job.job_type] = child
+                child.observe(max(0.0, delay))
 
     def finished(self, run: JobRun) -> None:
-        label = self._type_label(run.job_type)
-        self.attempts.labels(label, run.outcome).inc()
-        self.run_duration.labels(label, run.outcome).observe(run.duration_seconds)
+        children = self._per_job.get((run.job_type, run.outcome))
+        if children is None:
+            label = self._type_label(run.job_type)
+            children = (
+                self.attempts.labels(label, run.outcome),
+                self.run_duration.labels(label, run.outcome),
+            )
+            if len(self._per_job) >= CHILD_CACHE_MAX:
+                self._per_job.clear()  # (types folded into "other" are many keys)
+            self._per_job[(run.job_type, run.outcome)] = children
+        children[0].inc()
+        children[1].observe(run.duration_seconds)
         if run.outcome in ("retried", "dead_lettered") and run.error_code is not None:
-            labels = [label, self._code_label(run.error_code)]
+            labels = [self._type_label(run.job_type), self._code_label(run.error_code)]
             if self.error_class_label:
                 labels.append(run.error_class or "none")
             self.failures.labels(*labels).inc()
