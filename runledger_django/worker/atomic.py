@@ -192,6 +192,9 @@ def complete_atomically(
                     execution.completing = False
                     raise
                 _settle(execution, lease, using, error)
+            except BaseException:
+                execution.completing = False
+                raise
     except (DatabaseError, InterfaceError) as error:
         if not written:
             raise
