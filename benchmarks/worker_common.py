@@ -630,10 +630,26 @@ class Drain:
     backend_cpu_seconds: float | None
     load: tuple[float, float, float]
     extra: dict[str, Any] = field(default_factory=dict)
+    spawned_at: dt.datetime | None = None
+    """The database clock just before the worker processes were started (issue 22's timing)."""
 
     @property
     def rate(self) -> float:
         return self.window.rate
+
+    @property
+    def from_start_seconds(self) -> float:
+        """From the workers' start (not their first job) to the last job's finish."""
+        if self.spawned_at is None or not self.window.finishes:
+            return 0.0
+        return (max(self.window.finishes) - self.spawned_at).total_seconds()
+
+    @property
+    def from_start_rate(self) -> float:
+        """Every job over ``from_start_seconds``: what a deployment that starts its workers on
+        a backlog sees, process start-up, imports and first connections included."""
+        seconds = self.from_start_seconds
+        return self.window.succeeded / seconds if seconds > 0 else 0.0
 
     @property
     def worker_cpu_ms_per_job(self) -> float:
@@ -650,6 +666,8 @@ class Drain:
         return {
             "rate": round(self.rate, 1),
             "full_rate": round(self.window.full_rate, 1),
+            "from_start_rate": round(self.from_start_rate, 1),
+            "from_start_seconds": round(self.from_start_seconds, 4),
             "steady_jobs": self.window.steady_jobs,
             "steady_seconds": round(self.window.steady_seconds, 4),
             "full_seconds": round(self.window.full_seconds, 4),
@@ -691,6 +709,7 @@ def drain(
     system.analyze()
     command = list(argv) if argv is not None else system.argv(concurrency)
     load = loadavg()
+    spawned_at = scalar("SELECT clock_timestamp()")
     group = spawn(tag, [command] * processes)
     try:
         started = time.monotonic()
@@ -737,6 +756,7 @@ def drain(
         backend_cpu_seconds=backend_cpu,
         load=load,
         extra={} if active else {"all_processes_ran_jobs": False},
+        spawned_at=spawned_at,
     )
 
 

@@ -673,7 +673,7 @@ COLUMNS["runledger_job_definitions"].update(
 )
 COLUMNS["runledger_job_rate_limits"] = {
     "job_type": ("text", True, None),
-    # Migration 0016: GCRA's one timestamp replaced 0015's log of starts.
+    # Migration 0017: GCRA's one timestamp replaced 0015's log of starts.
     "theoretical_arrival_at": (TS, True, None),
 }
 CONSTRAINTS.update(
@@ -1056,7 +1056,7 @@ CONTRACT_INDEXES.update(
 )
 
 
-# --- workflow intents (migration 0016) -----------------------------------------------------
+# --- workflow intents (migration 0018) -----------------------------------------------------
 
 TABLES = sorted([*TABLES, "runledger_workflow_intents"])
 COLUMNS["runledger_workflow_intents"] = {
@@ -1809,7 +1809,7 @@ def test_migrate__to_zero_and_back__same_schema(remigrate_at_end: None) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_migrate_0016__rate_log_becomes_the_equal_debt_and_back(remigrate_at_end: None) -> None:
+def test_migrate_0017__rate_log_becomes_the_equal_debt_and_back(remigrate_at_end: None) -> None:
     """0015's log of starts becomes GCRA's arrival time: the starts still in the window, each
     one emission interval (period / count, here 10 s) of debt; a stale row goes; going back
     leaves every log empty."""
@@ -1826,7 +1826,7 @@ def test_migrate_0016__rate_log_becomes_the_equal_debt_and_back(remigrate_at_end
     )
     before = run_sql("SELECT now()")[0][0]
 
-    call_command("migrate", "runledger", "0016_limits_gcra", verbosity=0)
+    call_command("migrate", "runledger", "0017_limits_gcra", verbosity=0)
 
     after = run_sql("SELECT now()")[0][0]
     [(job_type, arrival)] = run_sql(

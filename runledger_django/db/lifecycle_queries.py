@@ -17,88 +17,52 @@ from typing import Final, LiteralString
 
 # --- claim -------------------------------------------------------------------------------------
 
-# Lease up to ``limit`` due jobs of the given types and mark them running, in one statement
-# (reference 3 and 4 fused: the worker starts every job it claims at once, so the claim
-# itself is the durable RUNNING mark).
+# The fast claim: the PL/pgSQL function ``runledger_claim_jobs`` (migration 0016), whose
+# statement is planned once per session (a generic plan, pinned), not on every claim. It leases
+# up to ``limit`` due jobs of the given types and marks them running, in one statement
+# (reference 3 and 4 fused: the worker starts every job it claims at once, so the claim itself
+# is the durable RUNNING mark).
 #
 # Keyed jobs first pass through a bounded window of free resource keys (``head_window``), from
 # which only the first job per key may be a candidate: a dense key cannot fill the batch, and
 # unkeyed jobs are never held back. Candidates are locked FOR UPDATE SKIP LOCKED, so claimers
 # split the queue; a keyed candidate is leased only if its claim row was inserted, in key
-# order (one order for every claimer: no deadlock), and a lost race leaves it PENDING.
-_CLAIM_JOBS: Final[LiteralString] = """
-/* runledger:{tag} */
-WITH {scope},
-resource_window AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.execution_resource_key IS NOT NULL
-      AND job.next_run_at <= now()
-      AND {types}{only}
-      AND NOT EXISTS (
-          SELECT 1 FROM runledger_job_execution_resource_claims claim
-          WHERE claim.resource_key = job.execution_resource_key
-      )
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
-    LIMIT %(head_window)s
-),
-resource_head AS (
-    SELECT DISTINCT ON (execution_resource_key) id
-    FROM resource_window
-    ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
-),
-candidate AS MATERIALIZED ({candidate}),
-acquired AS (
-    INSERT INTO runledger_job_execution_resource_claims (
-        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
-    )
-    SELECT execution_resource_key, id, run_number, attempt + 1, %(worker_id)s,
-           now() + %(lease_seconds)s * interval '1 second'
-    FROM candidate
-    WHERE execution_resource_key IS NOT NULL
-    ORDER BY execution_resource_key
-    ON CONFLICT DO NOTHING
-    RETURNING job_id
-),
-leased AS (
-    UPDATE runledger_job_queue job
-    SET status = 'LEASED',
-        attempt = job.attempt + 1,
-        worker_id = %(worker_id)s,
-        lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
-        last_heartbeat_at = now(),
-        started_at = COALESCE(job.started_at, now()),
-        stage = 'running'
-    FROM candidate
-    WHERE job.id = candidate.id
-      AND (candidate.execution_resource_key IS NULL
-           OR candidate.id IN (SELECT job_id FROM acquired))
-    RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
-              job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
-              job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
-              job.trace_context, job.workflow_step_id
-),
-attempt_row AS (
-    INSERT INTO runledger_job_attempts (
-        job_id, job_type, organization_id, run_number, attempt, worker_id
-    )
-    SELECT id, job_type, organization_id, run_number, attempt, %(worker_id)s FROM leased
-),
-event AS (
-    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'LEASED', 'running',
-           jsonb_build_object('worker_id', %(worker_id)s::text,
-                              'lease_duration_seconds', %(lease_seconds)s::integer)
-    FROM leased
-){charge}
-{result}
-"""
+# order (one order for every claimer: no deadlock), and a lost race leaves it PENDING. The
+# candidates walk idx_job_queue_claim in its own order and stop at the limit.
+#
+# Queue control (docs/queue-control.md): only the requested types whose definition is neither
+# paused nor limited are claimed here. A limited type is left to CLAIM_LIMITED_JOBS, and the
+# claim returns a marker row for it (its id NULL) so the caller knows to run that one. A paused
+# type is in neither: no claim leases it from the moment its pause commits.
+#
+# The columns every claim returns, in this order (services/claim.py decodes them): the fast
+# claim's and the limited claim's function share this list.
+_CLAIMED_COLUMNS: Final[LiteralString] = """id, run_number, attempt, job_type, organization_id,
+       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
+       due_at, trace_context, workflow_step_id"""
 
-# The fast path's job types (queue control, docs/queue-control.md): the requested types whose
-# definition is neither paused nor limited. A limited type is left to CLAIM_LIMITED_JOBS, and
-# the claim returns a marker row for it (its id NULL) so the caller knows to run that one. A
-# paused type is in neither: no claim leases it from the moment its pause commits.
+_CLAIM_CALL: Final[LiteralString] = (
+    "SELECT "
+    + _CLAIMED_COLUMNS
+    + """
+FROM runledger_claim_jobs(%(job_types)s::text[], %(limit)s::integer, %(head_window)s::integer,
+                          %(worker_id)s::text, %(lease_seconds)s::integer, {job_id})
+"""
+)
+
+CLAIM_JOBS: Final[LiteralString] = "/* runledger:claim_jobs */\n" + _CLAIM_CALL.replace(
+    "{job_id}", "NULL::uuid"
+)
+
+# The claim of one job, by id, for the per-row fallback after a failed batch: the same
+# function, so the job is leased exactly as a batch would lease it (or skipped, when another
+# claimer holds it or its resource key is busy).
+CLAIM_ONE_JOB: Final[LiteralString] = "/* runledger:claim_one_job */\n" + _CLAIM_CALL.replace(
+    "{job_id}", "%(job_id)s::uuid"
+)
+
+# The fast path's job types (the unpaused, unlimited ones among the requested), for the
+# fallback's read of candidate ids below (the function has its own copy).
 _FAST_SCOPE: Final[LiteralString] = """claim_type AS MATERIALIZED (
     SELECT definition.job_type,
            definition.max_concurrency IS NULL AND definition.rate_limit_count IS NULL AS open
@@ -109,65 +73,10 @@ open_type AS (SELECT array_agg(job_type) AS job_types FROM claim_type WHERE open
 _FAST_TYPES: Final[LiteralString] = (
     "job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))"
 )
-_FAST_CANDIDATE: Final[LiteralString] = (
-    """
-    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.next_run_at <= now()
-      AND """
-    + _FAST_TYPES
-    + """{only}
-      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
-    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at
-    LIMIT %(limit)s
-    FOR UPDATE OF job SKIP LOCKED
-"""
-)
-_CLAIMED_COLUMNS: Final[LiteralString] = """id, run_number, attempt, job_type, organization_id,
-       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
-       due_at, trace_context, workflow_step_id"""
-_FAST_RESULT: Final[LiteralString] = (
-    "SELECT "
-    + _CLAIMED_COLUMNS
-    + """
-FROM (
-    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
-           payload::text AS payload, max_attempts, timeout_seconds,
-           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
-           next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
-           trace_context::text AS trace_context, workflow_step_id
-    FROM leased
-    UNION ALL
-    SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
-    FROM claim_type WHERE NOT open
-) claimed
-ORDER BY part, priority DESC, next_run_at, created_at, id"""
-)
-
-_FAST_CLAIM: Final[LiteralString] = (
-    _CLAIM_JOBS.replace("{scope}", _FAST_SCOPE)
-    .replace("{types}", _FAST_TYPES)
-    .replace("{candidate}", _FAST_CANDIDATE)
-    .replace("{charge}", "")
-    .replace("{result}", _FAST_RESULT)
-)
-
-CLAIM_JOBS: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_jobs").replace("{only}", "")
-
-# The claim of one job, by id, for the per-row fallback after a failed batch: the same
-# statement, so the job is leased exactly as a batch would lease it (or skipped, when another
-# claimer holds it or its resource key is busy).
-CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_job").replace(
-    "{only}", "\n      AND job.id = %(job_id)s"
-)
 
 # --- claims of limited job types (docs/queue-control.md) -------------------------------------
 
-# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0016
+# The claim of the limited types among the worker's: the PL/pgSQL function of migration 0017
 # (0015's, its rate limit rewritten as GCRA), planned once per session. It takes a
 # transaction-scoped advisory lock per limited type (the two-key form: this key space, the
 # type's hash), skipping a type another claimer holds; then, in a later query of the same
@@ -182,13 +91,14 @@ CLAIM_ONE_JOB: Final[LiteralString] = _FAST_CLAIM.replace("{tag}", "claim_one_jo
 # row: id NULL, the reason ("concurrency" or "rate") in the payload column. The lock ends with
 # the transaction, so it also works behind PgBouncer in transaction mode.
 LIMIT_LOCK_SPACE: Final[int] = 1920298605
-CLAIM_LIMITED_JOBS: Final[LiteralString] = """
-SELECT /* runledger:claim_limited_jobs */ id, run_number, attempt, job_type, organization_id,
-       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at, due_at,
-       trace_context, workflow_step_id
+CLAIM_LIMITED_JOBS: Final[LiteralString] = (
+    "/* runledger:claim_limited_jobs */\nSELECT "
+    + _CLAIMED_COLUMNS
+    + """
 FROM runledger_claim_limited(%(job_types)s::text[], %(limit)s, %(head_window)s,
                              %(worker_id)s, %(lease_seconds)s, %(limit_lock_space)s)
 """
+)
 
 # How long until the earliest PENDING job of the types comes due (negative: due now; NULL: none
 # within the horizon). A quiet worker's look for work nobody announced: one plain read, no lock,
@@ -276,58 +186,18 @@ _LIVE_LEASE: Final[LiteralString] = _EXACT_LEASE + " AND job.lease_expires_at > 
 # leading column) instead.
 _NOT_AN_INDEX_QUAL_LEASED: Final[LiteralString] = "(job.status = 'LEASED') IS TRUE"
 
-# The plain path's only knowledge of workflows: a completion sent as a plain job's
-# (``workflow`` false, outside a transaction) leaves a workflow step's job untouched, since
-# its dependents must be released in the same transaction; the service then sends it again
-# inside one. A column of the locked row: no workflow table is read.
-_WORKFLOW_GUARD: Final[LiteralString] = "\n      AND (job.workflow_step_id IS NULL OR %(workflow)s)"
-
-# Renew many leases of one worker at once. Rows another session has locked (a handler holding
-# its own job row, a cancel in flight) are skipped, not waited for: the caller retries those
-# shortly, so one busy row never delays the heartbeats of the others. Each lease comes back
-# renewed, busy (still held, row locked elsewhere) or lost.
+# Renew many leases of one worker at once: the PL/pgSQL function ``runledger_heartbeat_leases``
+# (migration 0016, planned once per session). Rows another session has locked (a handler
+# holding its own job row, a cancel in flight) are skipped, not waited for: the caller retries
+# those shortly, so one busy row never delays the heartbeats of the others. Each lease comes
+# back renewed, busy (still held, row locked elsewhere) or lost; a renewal writes a HEARTBEAT
+# event.
 HEARTBEAT_LEASES: Final[LiteralString] = """
 /* runledger:heartbeat_leases */
-WITH lease AS (
-    SELECT *
-    FROM unnest(%(job_ids)s::uuid[], %(run_numbers)s::integer[], %(attempts)s::integer[])
-        AS lease(id, run_number, attempt)
-),
-locked AS MATERIALIZED (
-    SELECT job.id
-    FROM runledger_job_queue job
-    WHERE (job.id, job.run_number, job.attempt) IN (
-              SELECT id, run_number, attempt FROM lease)
-      AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
-      AND job.lease_expires_at IS NOT NULL
-    FOR UPDATE OF job SKIP LOCKED
-),
-renewed AS (
-    UPDATE runledger_job_queue job
-    SET lease_expires_at = now() + %(lease_seconds)s * interval '1 second',
-        last_heartbeat_at = now()
-    FROM locked
-    WHERE job.id = locked.id AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
-      AND job.lease_expires_at > clock_timestamp()
-    RETURNING job.id, job.run_number, job.attempt, job.stage
-),
-event AS (
-    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'HEARTBEAT', stage,
-           jsonb_build_object('worker_id', %(worker_id)s::text)
-    FROM renewed
-)
-SELECT lease.id,
-       renewed.id IS NOT NULL AS renewed,
-       renewed.id IS NULL AND locked.id IS NULL AND EXISTS (
-           SELECT 1 FROM runledger_job_queue job
-           WHERE job.id = lease.id AND job.run_number = lease.run_number
-             AND job.attempt = lease.attempt AND job.worker_id = %(worker_id)s
-             AND job.status = 'LEASED' AND job.lease_expires_at > clock_timestamp()
-       ) AS busy
-FROM lease
-LEFT JOIN renewed ON renewed.id = lease.id
-LEFT JOIN locked ON locked.id = lease.id
+SELECT id, renewed, busy
+FROM runledger_heartbeat_leases(%(job_ids)s::uuid[], %(run_numbers)s::integer[],
+                                %(attempts)s::integer[], %(worker_id)s::text,
+                                %(lease_seconds)s::integer)
 """
 
 # Progress, stage and checkpoint writes of a running handler (reference 4): waits for the row
@@ -394,226 +264,51 @@ SELECT (SELECT count(*) FROM locked) AS matched,
 
 # --- outcomes -----------------------------------------------------------------------------
 
-# What a success writes, shared by the one-lease and the many-lease statement: the row's
-# SUCCEEDED columns (output and the cleared fields follow in each), then the attempt row and the
-# event of every job in ``finished``. The finish time is the statement's: a success written at
-# the end of an atomic handler's transaction finished then, not when that transaction began
-# (outside a transaction the two are the same instant).
-_SUCCEEDED_SET: Final[LiteralString] = """SET status = 'SUCCEEDED',
-        lease_expires_at = NULL,
-        last_heartbeat_at = NULL,
-        worker_id = NULL,
-        finished_at = statement_timestamp(),
-        stage = 'completed',"""
-
-_SUCCEEDED_ATTEMPT_AND_EVENT: Final[LiteralString] = """attempt_row AS (
-    UPDATE runledger_job_attempts attempt_row
-    SET finished_at = statement_timestamp(), outcome = 'SUCCEEDED'
-    FROM finished
-    WHERE attempt_row.job_id = finished.id AND attempt_row.run_number = finished.run_number
-      AND attempt_row.attempt = finished.attempt
-),
-event AS (
-    INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total,
-        occurred_at
-    )
-    SELECT id, run_number, attempt, 'SUCCEEDED', 'completed', progress_done, progress_total,
-           statement_timestamp()
-    FROM finished
-)
-"""
+# The outcomes are PL/pgSQL functions of migration 0016 (planned once per session). Each is
+# fenced by the exact lease: the row is locked by (id, run number, attempt, worker, LEASED),
+# then the lease is checked against clock_timestamp() under the lock, so a lease that expired
+# while the write waited is refused. ``workflow`` false leaves a workflow step's job untouched
+# (its dependents must be released in the same transaction; the service then sends it again
+# inside one). A success's finish time is the statement's: one written at the end of an atomic
+# handler's transaction finished then, not when that transaction began.
 
 # Success (reference 6): SUCCEEDED with the handler's output, the attempt closed, one event.
-COMPLETE_SUCCESS: Final[LiteralString] = (
-    """
+# Returns the finish time and the workflow step id; no row: the fence refused it.
+COMPLETE_SUCCESS: Final[LiteralString] = """
 /* runledger:complete_job_success */
-WITH locked AS MATERIALIZED (
-    SELECT job.id FROM runledger_job_queue job
-    WHERE """
-    + _EXACT_LEASE
-    + _WORKFLOW_GUARD
-    + """
-    FOR UPDATE
-),
-finished AS (
-    UPDATE runledger_job_queue job
-    """
-    + _SUCCEEDED_SET
-    + """
-        output = CAST(%(output)s AS jsonb),
-        status_reason = NULL,
-        last_error_code = NULL,
-        last_error_message = NULL
-    FROM locked
-    WHERE job.id = locked.id AND """
-    + _LIVE_LEASE
-    + """
-    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
-              job.finished_at, job.workflow_step_id
-),
+SELECT finished_at, workflow_step_id
+FROM runledger_complete_success(%(job_id)s::uuid, %(run_number)s::integer,
+                                %(attempt)s::integer, %(worker_id)s::text, %(output)s::text,
+                                %(workflow)s::boolean)
 """
-    + _SUCCEEDED_ATTEMPT_AND_EVENT
-    + """
-SELECT finished_at, workflow_step_id FROM finished
-"""
-)
 
 # Success of many leases of one worker in one statement (a group commit: executors that finish
 # together share one transaction, one WAL flush). Each lease is fenced exactly as in
-# COMPLETE_SUCCESS: its row is locked (only the worker's own batches, one at a time, and its
-# shutdown hand-back wait for several of these rows, so no lock order is needed), then checked
-# against the clock. The lock re-checked the fence on the newest version of the row, so the
-# write re-checks only the time that passed. It reaches each row by primary key, never by the
-# address the lock read: a row a heartbeat updated while this statement waited has a version
-# its snapshot cannot see there. Returns the ids recorded; a lease missing was refused.
-COMPLETE_SUCCESS_MANY: Final[LiteralString] = (
-    """
+# COMPLETE_SUCCESS; each row is reached by primary key. Returns the ids recorded (and their
+# workflow step ids); a lease missing was refused.
+COMPLETE_SUCCESS_MANY: Final[LiteralString] = """
 /* runledger:complete_jobs_success */
-WITH lease AS (
-    SELECT *
-    FROM unnest(%(job_ids)s::uuid[], %(run_numbers)s::integer[], %(attempts)s::integer[],
-                %(outputs)s::text[])
-        AS lease(id, run_number, attempt, output)
-),
-locked AS MATERIALIZED (
-    SELECT job.id, lease.output
-    FROM runledger_job_queue job
-    JOIN lease
-      ON lease.id = job.id AND lease.run_number = job.run_number
-     AND lease.attempt = job.attempt
-    WHERE job.id = ANY(%(job_ids)s::uuid[])
-      AND job.worker_id = %(worker_id)s AND """
-    + _NOT_AN_INDEX_QUAL_LEASED
-    + _WORKFLOW_GUARD
-    + """
-    FOR UPDATE OF job
-),
-finished AS (
-    UPDATE runledger_job_queue job
-    """
-    + _SUCCEEDED_SET
-    + """
-        output = CAST(locked.output AS jsonb),
-        status_reason = NULL,
-        last_error_code = NULL,
-        last_error_message = NULL
-    FROM locked
-    WHERE job.id = locked.id AND job.lease_expires_at > clock_timestamp()
-    RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
-              job.workflow_step_id
-),
+SELECT id, workflow_step_id
+FROM runledger_complete_success_many(%(job_ids)s::uuid[], %(run_numbers)s::integer[],
+                                     %(attempts)s::integer[], %(outputs)s::text[],
+                                     %(worker_id)s::text, %(workflow)s::boolean)
 """
-    + _SUCCEEDED_ATTEMPT_AND_EVENT
-    + """
-SELECT id, workflow_step_id FROM finished
-"""
-)
 
 # Failure (reference 7): retry at the handler's requested time or the policy backoff, or
 # dead-letter when the kind is not retryable or the attempts are spent. The disposition is
-# decided under the row lock from the stored attempt and max_attempts, on the database clock.
-# A dead letter returns no next_run_at: the job's own, left untouched, is not the caller's to
-# read.
-COMPLETE_FAILURE: Final[LiteralString] = (
-    """
+# decided under the row lock from the stored attempt and max_attempts, on the database clock;
+# invalid retry timing (checked by the caller, ``timing_valid``) may only dead-letter, never
+# retry. Returns the status, the next run time (NULL for a dead letter) and the step id.
+COMPLETE_FAILURE: Final[LiteralString] = """
 /* runledger:complete_job_failure */
-WITH locked AS MATERIALIZED (
-    SELECT job.id, job.attempt >= job.max_attempts AS exhausted
-    FROM runledger_job_queue job
-    WHERE """
-    + _EXACT_LEASE
-    + _WORKFLOW_GUARD
-    + """
-    FOR UPDATE
-),
-decided AS MATERIALIZED (
-    SELECT locked.id,
-           NOT %(retryable)s OR locked.exhausted AS dead,
-           CASE WHEN NOT %(retryable)s THEN 'FAILURE_KIND_NON_RETRYABLE'
-                WHEN locked.exhausted THEN 'ATTEMPTS_EXHAUSTED' END AS dead_reason,
-           clock_timestamp()
-               + CAST(%(policy_retry_delay_ms)s AS integer) * interval '1 millisecond'
-               AS policy_next,
-           CASE WHEN CAST(%(retry_after_ms)s AS bigint) IS NOT NULL
-                THEN clock_timestamp()
-                     + CAST(%(retry_after_ms)s AS bigint) * interval '1 millisecond'
-                ELSE CAST(%(retry_at)s AS timestamptz) END AS requested
-    FROM locked
-),
-moved AS (
-    UPDATE runledger_job_queue job
-    SET status = CASE WHEN decided.dead THEN 'DEAD_LETTERED' ELSE 'PENDING' END,
-        lease_expires_at = NULL,
-        last_heartbeat_at = NULL,
-        worker_id = NULL,
-        finished_at = CASE WHEN decided.dead THEN now() ELSE job.finished_at END,
-        next_run_at = CASE WHEN decided.dead THEN job.next_run_at
-                           ELSE COALESCE(decided.requested, decided.policy_next) END,
-        output = NULL,
-        status_reason = %(kind)s,
-        last_error_code = %(code)s,
-        last_error_message = %(message)s
-    FROM decided
-    -- Invalid retry timing (checked by the caller) may only dead-letter, never retry.
-    WHERE job.id = decided.id AND (decided.dead OR %(timing_valid)s) AND """
-    + _LIVE_LEASE
-    + """
-    RETURNING job.id, job.run_number, job.attempt, job.status, job.next_run_at, job.stage,
-              job.progress_done, job.progress_total, decided.dead, decided.dead_reason,
-              decided.requested, job.workflow_step_id
-),
-attempt_row AS (
-    UPDATE runledger_job_attempts attempt_row
-    SET finished_at = now(),
-        outcome = CASE WHEN moved.dead THEN 'DEAD_LETTERED' ELSE 'RETRY_SCHEDULED' END,
-        failure_kind = %(kind)s,
-        error_code = %(code)s,
-        error_message = %(message)s,
-        error_class = %(error_class)s,
-        error_traceback = %(traceback)s,
-        retry_delay_ms = CASE WHEN moved.dead THEN NULL
-                              ELSE CAST(%(policy_retry_delay_ms)s AS integer) END,
-        requested_retry_not_before = CASE WHEN moved.dead THEN NULL ELSE moved.requested END,
-        effective_next_run_at = CASE WHEN moved.dead THEN NULL ELSE moved.next_run_at END,
-        retry_timing_source = CASE WHEN moved.dead THEN NULL
-                                   WHEN moved.requested IS NOT NULL THEN 'HANDLER_NOT_BEFORE'
-                                   ELSE 'POLICY' END
-    FROM moved
-    WHERE attempt_row.job_id = moved.id AND attempt_row.run_number = moved.run_number
-      AND attempt_row.attempt = moved.attempt
-),
-event AS (
-    INSERT INTO runledger_job_events (
-        job_id, run_number, attempt, event_type, stage, progress_done, progress_total, payload
-    )
-    SELECT moved.id, moved.run_number, moved.attempt, kind.event_type, moved.stage,
-           moved.progress_done, moved.progress_total, kind.payload
-    FROM moved
-    CROSS JOIN LATERAL (
-        VALUES
-            (1, 'FAILED',
-             jsonb_build_object('kind', CAST(%(kind)s AS text),
-                                'error_code', CAST(%(code)s AS text),
-                                'error_message', CAST(%(message)s AS text))),
-            (2, CASE WHEN moved.dead THEN 'DEAD_LETTERED' ELSE 'RETRY_SCHEDULED' END,
-             CASE WHEN moved.dead
-                  THEN jsonb_build_object('kind', CAST(%(kind)s AS text),
-                                          'error_code', CAST(%(code)s AS text),
-                                          'reason', moved.dead_reason)
-                  ELSE jsonb_strip_nulls(jsonb_build_object(
-                      'retry_delay_ms', CAST(%(policy_retry_delay_ms)s AS integer),
-                      'requested_retry_not_before', moved.requested,
-                      'retry_timing_source',
-                          CASE WHEN moved.requested IS NOT NULL THEN 'HANDLER_NOT_BEFORE'
-                               ELSE 'POLICY' END,
-                      'next_run_at', moved.next_run_at)) END)
-    ) AS kind(position, event_type, payload)
-    ORDER BY moved.id, kind.position
-)
-SELECT status, CASE WHEN dead THEN NULL ELSE next_run_at END, workflow_step_id FROM moved
+SELECT status, next_run_at, workflow_step_id
+FROM runledger_complete_failure(
+    %(job_id)s::uuid, %(run_number)s::integer, %(attempt)s::integer, %(worker_id)s::text,
+    %(workflow)s::boolean, %(retryable)s::boolean, %(kind)s::text, %(code)s::text,
+    %(message)s::text, %(error_class)s::text, %(traceback)s::text,
+    %(policy_retry_delay_ms)s::integer, %(retry_after_ms)s::bigint,
+    %(retry_at)s::timestamptz, %(timing_valid)s::boolean)
 """
-)
 
 # --- continuation and settling an atomic completion ---------------------------------------
 

@@ -100,7 +100,7 @@ class JobRateLimitState(models.Model):
     by T per job it leased: a burst of up to the count after an idle period, then one start per
     T. Kept off the definition row so an admin save of a stale form never rewinds it; no
     foreign key, so a deleted definition leaves a harmless row. Only the limited claim writes
-    it (migration 0016's function)."""
+    it (migration 0017's function)."""
 
     job_type = models.TextField(primary_key=True)
     theoretical_arrival_at = models.DateTimeField()

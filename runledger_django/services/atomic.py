@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from django.db import connections, transaction
+from psycopg import pq
 
 from ..db import lifecycle_queries
 from ..db.transaction import (
@@ -82,6 +83,16 @@ def atomic_transaction(using: str) -> Iterator[None]:
                 )
             setattr(connection, _CHECKED_SESSION, connection.connection)
         yield
+
+
+def untouched_transaction(using: str) -> bool:
+    """Whether the atomic block open on ``using`` has sent nothing yet: the driver begins a
+    transaction with the first statement, so none began, and the block's exit sends no COMMIT.
+    Its completion is then a transaction of its own (one round trip instead of three)."""
+    session = connections[using].connection
+    if session is None:
+        return False
+    return bool(session.info.transaction_status == pq.TransactionStatus.IDLE)
 
 
 def completing(using: str) -> AbstractContextManager[None]:

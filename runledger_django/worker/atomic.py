@@ -31,8 +31,10 @@ from ..services.atomic import (
     completing,
     refuse_open_transaction,
     settle_commit,
+    untouched_transaction,
 )
 from ..services.lifecycle import complete_job_success, continue_job
+from ..services.outage import is_outage
 from .outcomes import ContinueJob
 
 logger = logging.getLogger(__name__)
@@ -68,6 +70,43 @@ class AtomicCompletion:
 
     def __init__(self, output: Any) -> None:
         self.output = output
+
+
+def _complete(
+    execution: CompletingAttempt,
+    lease: JobLease,
+    completion: AtomicCompletion,
+    continuation: ContinueJob | None,
+    using: str,
+) -> None:
+    """The fenced success, or the continuation the block raised."""
+    if continuation is None:
+        complete_job_success(lease, output=completion.output, using=using)
+        return
+    execution.next_run_at = continue_job(
+        lease,
+        delay_microseconds=continuation.delay_microseconds(),
+        using=using,
+        **({} if continuation.keeps_checkpoint else {"checkpoint": continuation.checkpoint}),
+    ).next_run_at
+
+
+def _settle(
+    execution: CompletingAttempt, lease: JobLease, using: str, error: BaseException
+) -> None:
+    """Learn from the database whether a completion whose commit went unanswered committed;
+    re-raise ``error`` when it did not."""
+    committed = settle_commit(
+        lease, using=using, within_seconds=min(SETTLE_SECONDS_MAX, execution.lease_seconds)
+    )
+    logger.warning(
+        "an atomic completion's commit failed; settled from the job's row job_id=%s committed=%s",
+        lease.job_id,
+        committed,
+    )
+    if not committed:
+        execution.completing = False
+        raise error
 
 
 def _refuse_other_databases(using: str) -> None:
@@ -132,41 +171,35 @@ def complete_atomically(
             _refuse_other_databases(using)
             execution.check_live()
             execution.completing = True  # heartbeats leave the row alone from here on
+            deferred = untouched_transaction(using)
+            if not deferred:
+                try:
+                    with completing(using):
+                        _complete(execution, lease, completion, continuation, using)
+                except BaseException:
+                    execution.completing = False
+                    raise
+                written = True
+        if deferred:
+            # The block sent nothing on the queue's connection, so its transaction never began
+            # (and its exit sent no COMMIT): the completion alone is the transaction, one round
+            # trip, and whether it committed is settled as a COMMIT's would be.
+            written = True
             try:
-                with completing(using):
-                    if continuation is None:
-                        complete_job_success(lease, output=completion.output, using=using)
-                    else:
-                        execution.next_run_at = continue_job(
-                            lease,
-                            delay_microseconds=continuation.delay_microseconds(),
-                            using=using,
-                            **(
-                                {}
-                                if continuation.keeps_checkpoint
-                                else {"checkpoint": continuation.checkpoint}
-                            ),
-                        ).next_run_at
+                _complete(execution, lease, completion, continuation, using)
+            except RunledgerError as error:
+                if not is_outage(error):
+                    execution.completing = False
+                    raise
+                _settle(execution, lease, using, error)
             except BaseException:
                 execution.completing = False
                 raise
-            written = True
-    except (DatabaseError, InterfaceError):
+    except (DatabaseError, InterfaceError) as error:
         if not written:
             raise
         # The commit itself failed or went unanswered: ask the database what happened.
-        committed = settle_commit(
-            lease, using=using, within_seconds=min(SETTLE_SECONDS_MAX, execution.lease_seconds)
-        )
-        logger.warning(
-            "an atomic completion's commit failed; settled from the job's row "
-            "job_id=%s committed=%s",
-            lease.job_id,
-            committed,
-        )
-        if not committed:
-            execution.completing = False
-            raise
+        _settle(execution, lease, using, error)
     except RunledgerError as error:
         if error.code == Code.LEASE_OWNER_MISMATCH:
             execution.mark_lost("the atomic completion was refused by the lease fence")

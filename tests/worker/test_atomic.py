@@ -164,6 +164,63 @@ def test_execute__atomic_handler__effect_and_success_commit_together(setup: None
     assert resource_claims() == []  # the execution resource was released in the same commit
 
 
+def test_execute__atomic_handler_sends_nothing__completion_is_one_statement_of_its_own(
+    setup: None,
+) -> None:
+    """A handler that wrote nothing never began a transaction: its completion goes alone, one
+    statement outside any transaction (no BEGIN before it, no COMMIT after it), with the same
+    fenced success. (The session's first atomic job reads its isolation level, which begins
+    the transaction: the job measured is the second.)"""
+    registry = Registry()
+    registry.register(Handler(job_type=TYPE, func=lambda job: {"done": True}, atomic=True))
+    enqueue_job(TYPE, {})
+    assert execute(claim(), registry, using="default").outcome == "succeeded"
+    job_id = enqueue_job(TYPE, {}, execution_resource_key="invoice:8").job_id
+    execution = claim()
+    sent: list[tuple[str, psycopg.pq.TransactionStatus]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        session = connection.connection
+        assert session is not None
+        sent.append((sql, session.info.transaction_status))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        run = execute(execution, registry, using="default")
+
+    assert run.outcome == "succeeded"
+    [(_, status)] = [item for item in sent if "runledger:complete_job_success" in item[0]]
+    assert status == psycopg.pq.TransactionStatus.IDLE, sent
+    assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    row = job_row(job_id)
+    assert (row["status"], row["output"]) == ("SUCCEEDED", {"done": True})
+    assert [a["outcome"] for a in attempt_rows(job_id)] == ["SUCCEEDED"]
+    assert event_types(job_id) == ["ENQUEUED", "LEASED", "SUCCEEDED"]
+    assert resource_claims() == []
+
+
+def test_execute__atomic_handler_writes__completion_inside_its_transaction(setup: None) -> None:
+    """A handler that wrote keeps the completion in its transaction (sent while it is open)."""
+    job_id = enqueue_job(TYPE, {}).job_id
+    execution = claim()
+    registry = Registry()
+    registry.register(Handler(job_type=TYPE, func=write, atomic=True))
+    sent: list[tuple[str, psycopg.pq.TransactionStatus]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        session = connection.connection
+        assert session is not None
+        sent.append((sql, session.info.transaction_status))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        run = execute(execution, registry, using="default")
+
+    assert (run.outcome, effects(job_id)) == ("succeeded", 1)
+    [(_, status)] = [item for item in sent if "runledger:complete_job_success" in item[0]]
+    assert status == psycopg.pq.TransactionStatus.INTRANS, sent
+
+
 def test_execute__atomic_handler_never_uses_the_completer(setup: None) -> None:
     """Atomic successes are written in the handler's transaction, so no group commit (and no
     claim fused with it) ever runs inside a handler's transaction."""

@@ -29,7 +29,6 @@ from runledger_django.worker.execution import Execution, execute
 from runledger_django.worker.registry import Handler, Registry
 from tests.conftest import InThread, MakeDefinition, OpenSession, run_sql
 from tests.worker.conftest import (
-    LIFECYCLE_CAPS,
     TYPE,
     WORKER,
     Enqueue,
@@ -40,6 +39,7 @@ from tests.worker.conftest import (
     job_row,
     resource_claims,
 )
+from tests.worker.plans import function_plans
 
 pytestmark = pytest.mark.django_db
 
@@ -367,11 +367,11 @@ def _claim_plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
 def test_claim_jobs__large_backlog__walks_the_claim_index_and_stops_at_the_limit(
     make_definition: MakeDefinition, analysed: bool
 ) -> None:
-    """No cliff: whatever the statistics say, under the settings every transition runs with,
+    """No cliff: whatever the statistics say, in the generic plan the claim function runs with,
     the candidates come from idx_job_queue_claim in its own order and the claim stops at the
     limit, never a scan and sort of the whole backlog (before, a claim on a queue nobody had
     analysed read and sorted every pending job of its types)."""
-    from runledger_django.db import lifecycle_queries, session_queries
+    from runledger_django.db import lifecycle_queries
 
     make_definition(TYPE)
     make_definition(OTHER_TYPE)
@@ -390,11 +390,11 @@ def test_claim_jobs__large_backlog__walks_the_claim_index_and_stops_at_the_limit
         "worker_id": WORKER,
         "lease_seconds": 60,
     }
-    with connection.cursor() as cursor:
-        # The settings every transition runs under (the test's transaction drops them).
-        cursor.execute(session_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
-        cursor.execute("EXPLAIN (FORMAT JSON) " + lifecycle_queries.CLAIM_JOBS, params)
-        plan = cursor.fetchone()[0][0]["Plan"]
+    # The generic plan the function cached (and ran: the claim leases in the test's
+    # transaction, which rolls back).
+    plans = function_plans(lifecycle_queries.CLAIM_JOBS, params)
+    assert len(plans) == 1, [(p["Query Text"][:300], p["Plan"]["Node Type"]) for p in plans]
+    plan = plans[0]["Plan"]
     nodes = _claim_plan_nodes(plan)
     queue_scans = [
         node

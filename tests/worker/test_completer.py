@@ -11,18 +11,16 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connection
 from pytest_django import DjangoAssertNumQueries
 
 from runledger_django import RunledgerError
-from runledger_django.db import lifecycle_queries, session_queries
+from runledger_django.db import lifecycle_queries
 from runledger_django.domain import JobLease
 from runledger_django.services.lifecycle import complete_jobs_success, encode_output
 from runledger_django.worker.completer import Completer
 from runledger_django.worker.execution import _succeed
 from tests.conftest import InThread, OpenSession, wait_for_lock_wait
 from tests.worker.conftest import (
-    LIFECYCLE_CAPS,
     Enqueue,
     attempt_rows,
     claim_one,
@@ -32,6 +30,7 @@ from tests.worker.conftest import (
     other_lease,
     wait_until,
 )
+from tests.worker.plans import function_plans
 
 pytestmark = pytest.mark.django_db
 
@@ -97,10 +96,9 @@ def test_complete_jobs_success__plan__writes_each_row_through_its_primary_key(
         "worker_id": leases[0].worker_id,
         "workflow": False,
     }
-    with connection.cursor() as cursor:
-        cursor.execute(session_queries.CAP_LIFECYCLE_TIMEOUTS, LIFECYCLE_CAPS)
-        cursor.execute("EXPLAIN (FORMAT JSON) " + lifecycle_queries.COMPLETE_SUCCESS_MANY, params)
-        plan = cursor.fetchone()[0][0]["Plan"]
+    # The generic plan the function cached (and ran, in the test's transaction).
+    [function_plan] = function_plans(lifecycle_queries.COMPLETE_SUCCESS_MANY, params)
+    plan = function_plan["Plan"]
 
     nodes = list(_walk(plan))
     assert all(node["Node Type"] != "Seq Scan" for node in nodes), nodes

@@ -410,7 +410,7 @@ ALTER TABLE runledger_job_rate_limits DROP COLUMN theoretical_arrival_at;
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runledger", "0015_queue_control"),
+        ("runledger", "0016_hot_path_functions"),
     ]
 
     operations = [

@@ -20,7 +20,7 @@ ALTER TABLE runledger_workflow_intents ALTER COLUMN id DROP DEFAULT;
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runledger", "0015_queue_control"),
+        ("runledger", "0017_limits_gcra"),
     ]
 
     operations = [
