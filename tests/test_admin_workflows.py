@@ -546,7 +546,10 @@ def test_retry_button__running_run__refused_with_the_reason(
     response = client.post(retry_url(run_id), follow=True)
 
     assert response.redirect_chain == [(run_url(run_id), 302)]
-    assert "1 workflow run was not retried: not finished, or it succeeded." in response.content.decode()
+    assert (
+        "1 workflow run was not retried: not finished, or it succeeded."
+        in response.content.decode()
+    )
     assert WorkflowRun.objects.count() == 1
 
 
