@@ -10,8 +10,8 @@ Two parts (``--part churn``, ``--part long-txn``, default both):
   two minutes before. Each minute: jobs finished, claim latency (the attempt's ``leased_at``
   minus the job's due time, ``GREATEST(next_run_at, created_at)``, p50 and p99), queue depth,
   the jobs table's dead tuples and the sizes of the table and its hot indexes. Targets: the last
-  minute's drain within 20% of the first, and the claim latency's fitted trend not growing by
-  more than 20%.
+  minute's drain within 20% of the first, and the claim latency's median over the last sixth of
+  the run within 20% of the first sixth's.
 - long-txn: per system (runledger 1 x 4; Procrastinate 1 process x concurrency 4; with
   ``--peers`` also django-tasks-db's ``db_worker`` x 4), a backlog sized from a short capacity
   drain empties for 1 + 5 + 1 minutes: in the first no other transaction is open; at the start
@@ -417,11 +417,11 @@ def _report_churn(
     for label in ("p50", "p99"):
         values = [getattr(entry.minute, f"latency_{label}_ms") or 0.0 for entry in rows]
         trend = soak_minutes.trend_ratio(values)
-        start, end = soak_minutes.fitted_ends(values)
+        start, end = soak_minutes.end_medians(values)
         ctx.add(
             Row(
                 SHAPE,
-                f"churn: claim latency {label}, fitted last minute / first"
+                f"churn: claim latency {label}, median of the last sixth / the first sixth"
                 f" ({end:.1f} / {start:.1f} ms; measured {values[-1]:.1f} / {values[0]:.1f})",
                 trend,
                 "x",

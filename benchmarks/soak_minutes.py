@@ -1,6 +1,7 @@
 """The per-minute arithmetic of the soak shape (p), apart from Django so a unit test can check
 it: which minute each finished job falls in, each minute's rate and claim-latency percentiles,
-and the ratios the targets read (last minute against the first, a fitted trend, the minutes a
+and the ratios the targets read (last minute against the first, the medians of the first
+and last sixth of the run, the minutes a
 long transaction was open against the minutes it was not).
 """
 
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,26 +76,19 @@ def ratio(numerator: float, denominator: float) -> float:
     return numerator / denominator if denominator > 0 else 0.0
 
 
-def fitted_ends(values: Sequence[float]) -> tuple[float, float]:
-    """The least-squares line through ``values`` (one per minute), read at the first and the
-    last minute: a trend that one noisy minute at either end cannot swing."""
-    n = len(values)
-    if n == 0:
+def end_medians(values: Sequence[float], share: int = 6) -> tuple[float, float]:
+    """The median of the first and of the last sixth of ``values`` (one per minute; at least
+    one minute each): a level that one noisy minute at either end cannot swing, and that a line
+    fitted through early spikes cannot push below zero."""
+    if not values:
         return (0.0, 0.0)
-    if n == 1:
-        return (values[0], values[0])
-    xs = range(n)
-    mean_x = (n - 1) / 2
-    mean_y = sum(values) / n
-    var = sum((x - mean_x) ** 2 for x in xs)
-    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, values, strict=True)) / var
-    first = mean_y - slope * mean_x
-    return (first, first + slope * (n - 1))
+    k = max(1, len(values) // share)
+    return (statistics.median(values[:k]), statistics.median(values[-k:]))
 
 
 def trend_ratio(values: Sequence[float]) -> float:
-    """The fitted last minute over the fitted first: 1.0 flat, above 1 growing."""
-    first, last = fitted_ends(values)
+    """The last sixth's median over the first sixth's: 1.0 flat, above 1 growing."""
+    first, last = end_medians(values)
     return ratio(last, first)
 
 
