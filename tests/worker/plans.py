@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from django.db import connection
 
 from runledger_django.db import session_queries
@@ -78,3 +79,26 @@ def queue_reads(plan: dict[str, Any]) -> list[dict[str, Any]]:
         for node in walk(plan["Plan"])
         if node.get("Relation Name") == "runledger_job_queue" and node["Node Type"] != "ModifyTable"
     ]
+
+
+QUEUE_STATS = ["cleared", "analysed"]
+"""The statistics a plan test gives the planner: none at all (a queue never analysed), or the
+backlog's own. Never those left by other tests: ANALYZE writes a table's row estimate in place,
+so it survives the test transaction's rollback and would make the plan depend on test order."""
+
+CLEARED_NEEDS_18 = (
+    "pg_clear_relation_stats exists from PostgreSQL 18; before it, the estimates another test's "
+    "ANALYZE left on the queue cannot be reset (the analysed variant runs on every server)"
+)
+
+
+def set_queue_stats(stats: str) -> None:
+    """Give the queue ``stats`` (see QUEUE_STATS): call after filling it."""
+    connection.ensure_connection()
+    if stats == "cleared" and connection.pg_version < 180000:  # type: ignore[attr-defined]
+        pytest.skip(CLEARED_NEEDS_18)
+    with connection.cursor() as cursor:
+        if stats == "cleared":
+            cursor.execute("SELECT pg_clear_relation_stats('public', 'runledger_job_queue')")
+        else:
+            cursor.execute("ANALYZE runledger_job_queue")

@@ -3,8 +3,8 @@
 Each hot statement (the claim, the claim of one job, the success of one lease and of many, the
 failure, the heartbeat) is a PL/pgSQL function of migration 0016 that pins generic plans. The
 plans read here are the ones the function cached and ran (auto_explain, tests/worker/plans.py),
-on a queue far larger than the work, analysed or never analysed: no sequential scan of the job
-queue, the claim walking idx_job_queue_claim and every lease write reaching its row by primary
+on a queue far larger than the work, never analysed (statistics cleared) or analysed: no
+sequential scan of the job queue, the claim walking idx_job_queue_claim and every lease write reaching its row by primary
 key.
 """
 
@@ -20,7 +20,7 @@ from runledger_django.domain import JobLease
 from runledger_django.services.claim import resource_head_window
 from tests.conftest import run_sql
 from tests.worker.conftest import TYPE, WORKER, Enqueue, claim_one
-from tests.worker.plans import function_plans, queue_reads, walk
+from tests.worker.plans import QUEUE_STATS, function_plans, queue_reads, set_queue_stats, walk
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ HOT_FUNCTIONS = (
 )
 
 
-def _fill(analysed: bool) -> None:
+def _fill(stats: str) -> None:
     """A backlog of PENDING jobs of the type and LEASED jobs of other workers, each its own
     creation time (as a real queue's)."""
     run_sql(
@@ -52,8 +52,7 @@ def _fill(analysed: bool) -> None:
         "FROM generate_series(1, %s) AS g",
         [TYPE, BACKLOG // 4],
     )
-    if analysed:
-        run_sql("ANALYZE runledger_job_queue")
+    set_queue_stats(stats)
 
 
 def _lease_params(lease: JobLease) -> dict[str, Any]:
@@ -119,12 +118,12 @@ def test_hot_functions__each__pins_generic_plans_and_the_planner_pins() -> None:
         } <= set(config), (name, config)
 
 
-@pytest.mark.parametrize("analysed", [False, True], ids=["never-analysed", "analysed"])
+@pytest.mark.parametrize("stats", QUEUE_STATS)
 def test_claim_functions__large_backlog__walk_the_claim_index_under_the_lock(
-    enqueue: Enqueue, analysed: bool
+    enqueue: Enqueue, stats: str
 ) -> None:
     job_id = enqueue()
-    _fill(analysed)
+    _fill(stats)
     params: dict[str, Any] = {
         "job_types": [TYPE],
         "limit": 8,
@@ -142,12 +141,12 @@ def test_claim_functions__large_backlog__walk_the_claim_index_under_the_lock(
     _assert_no_queue_scan(one)
 
 
-@pytest.mark.parametrize("analysed", [False, True], ids=["never-analysed", "analysed"])
+@pytest.mark.parametrize("stats", QUEUE_STATS)
 def test_lease_functions__large_queue__reach_each_lease_by_primary_key(
-    enqueue: Enqueue, analysed: bool
+    enqueue: Enqueue, stats: str
 ) -> None:
     leases = [claim_one().lease for _ in [enqueue() for _ in range(4)]]
-    _fill(analysed)
+    _fill(stats)
 
     _assert_by_primary_key(
         _only_plan(
