@@ -432,8 +432,7 @@ released AS (
         output = NULL,
         status_reason = %(reason)s
     FROM locked
-    WHERE job.id = ANY(%(job_ids)s::uuid[]) AND job.id = locked.id
-      AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
+    WHERE job.id = locked.id AND job.worker_id = %(worker_id)s AND job.status = 'LEASED'
     RETURNING job.id, job.run_number, job.attempt, job.stage
 ),
 attempt_row AS (

@@ -352,8 +352,7 @@ finished AS (
         last_error_code = NULL,
         last_error_message = NULL
     FROM locked
-    WHERE job.id = ANY(p_job_ids::uuid[]) AND job.id = locked.id
-      AND job.lease_expires_at > clock_timestamp()
+    WHERE job.id = locked.id AND job.lease_expires_at > clock_timestamp()
     RETURNING job.id, job.run_number, job.attempt, job.progress_done, job.progress_total,
               job.workflow_step_id
 ),
@@ -522,8 +521,7 @@ WITH lease AS (
 locked AS MATERIALIZED (
     SELECT job.id
     FROM runledger_job_queue job
-    WHERE job.id = ANY(p_job_ids::uuid[])
-      AND (job.id, job.run_number, job.attempt) IN (
+    WHERE (job.id, job.run_number, job.attempt) IN (
               SELECT id, run_number, attempt FROM lease)
       AND job.worker_id = p_worker_id AND job.status = 'LEASED'
       AND job.lease_expires_at IS NOT NULL
@@ -534,8 +532,7 @@ renewed AS (
     SET lease_expires_at = now() + p_lease_seconds * interval '1 second',
         last_heartbeat_at = now()
     FROM locked
-    WHERE job.id = ANY(p_job_ids::uuid[]) AND job.id = locked.id
-      AND job.worker_id = p_worker_id AND job.status = 'LEASED'
+    WHERE job.id = locked.id AND job.worker_id = p_worker_id AND job.status = 'LEASED'
       AND job.lease_expires_at > clock_timestamp()
     RETURNING job.id, job.run_number, job.attempt, job.stage
 ),

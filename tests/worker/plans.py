@@ -81,7 +81,7 @@ def queue_reads(plan: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-QUEUE_STATS = ["cleared", "analysed"]
+QUEUE_STATS = ["analysed", "cleared"]
 """The statistics a plan test gives the planner: none at all (a queue never analysed), or the
 backlog's own. Never those left by other tests: ANALYZE writes a table's row estimate in place,
 so it survives the test transaction's rollback and would make the plan depend on test order."""
