@@ -14,7 +14,111 @@ still go in front of the call. Frozen history: never import application code her
 
 from django.db import migrations
 
-CLAIM_FUNCTION = r"""
+_CLAIM_QUERY = r"""RETURN QUERY /* runledger:{tag} */
+WITH claim_type AS MATERIALIZED (
+    SELECT definition.job_type,
+           definition.max_concurrency IS NULL AND definition.rate_limit_count IS NULL AS open
+    FROM runledger_job_definitions definition
+    WHERE definition.job_type = ANY(p_job_types::text[]) AND definition.paused_at IS NULL
+),
+open_type AS (SELECT array_agg(job_type) AS job_types FROM claim_type WHERE open),
+resource_window AS MATERIALIZED (
+    SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
+    FROM runledger_job_queue job
+    WHERE job.status = 'PENDING'
+      AND job.execution_resource_key IS NOT NULL
+      AND job.next_run_at <= now()
+      AND job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))
+{only}      AND NOT EXISTS (
+          SELECT 1 FROM runledger_job_execution_resource_claims claim
+          WHERE claim.resource_key = job.execution_resource_key
+      )
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
+    LIMIT p_head_window
+),
+resource_head AS (
+    SELECT DISTINCT ON (execution_resource_key) id
+    FROM resource_window
+    ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
+),
+candidate AS MATERIALIZED (
+    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
+    FROM runledger_job_queue job
+    WHERE job.status = 'PENDING'
+      AND job.next_run_at <= now()
+      AND job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))
+{only}      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
+    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
+    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
+    ORDER BY job.priority DESC, job.next_run_at, job.created_at
+    LIMIT p_limit
+    FOR UPDATE OF job SKIP LOCKED
+),
+acquired AS (
+    INSERT INTO runledger_job_execution_resource_claims (
+        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+    )
+    SELECT execution_resource_key, id, run_number, attempt + 1, p_worker_id,
+           now() + p_lease_seconds * interval '1 second'
+    FROM candidate
+    WHERE execution_resource_key IS NOT NULL
+    ORDER BY execution_resource_key
+    ON CONFLICT DO NOTHING
+    RETURNING job_id
+),
+leased AS (
+    UPDATE runledger_job_queue job
+    SET status = 'LEASED',
+        attempt = job.attempt + 1,
+        worker_id = p_worker_id,
+        lease_expires_at = now() + p_lease_seconds * interval '1 second',
+        last_heartbeat_at = now(),
+        started_at = COALESCE(job.started_at, now()),
+        stage = 'running'
+    FROM candidate
+    WHERE job.id = candidate.id
+      AND (candidate.execution_resource_key IS NULL
+           OR candidate.id IN (SELECT job_id FROM acquired))
+    RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
+              job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
+              job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
+              job.trace_context, job.workflow_step_id
+),
+attempt_row AS (
+    INSERT INTO runledger_job_attempts (
+        job_id, job_type, organization_id, run_number, attempt, worker_id
+    )
+    SELECT id, job_type, organization_id, run_number, attempt, p_worker_id FROM leased
+),
+event AS (
+    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
+    SELECT id, run_number, attempt, 'LEASED', 'running',
+           jsonb_build_object('worker_id', p_worker_id::text,
+                              'lease_duration_seconds', p_lease_seconds::integer)
+    FROM leased
+)
+SELECT id, run_number, attempt, job_type, organization_id,
+       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
+       due_at, trace_context, workflow_step_id
+FROM (
+    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
+           payload::text AS payload, max_attempts, timeout_seconds,
+           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
+           next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
+           trace_context::text AS trace_context, workflow_step_id
+    FROM leased
+    UNION ALL
+    SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+           NULL, NULL, NULL, NULL
+    FROM claim_type WHERE NOT open
+) claimed
+ORDER BY part, priority DESC, next_run_at, created_at, id;
+"""
+"""The claim as the worker sent it as text: ``{tag}`` names it, ``{only}`` narrows the
+one-job form (the fallback's) to its job."""
+
+CLAIM_FUNCTION = (
+    r"""
 CREATE FUNCTION runledger_claim_jobs(
     p_job_types text[], p_limit integer, p_head_window integer, p_worker_id text,
     p_lease_seconds integer, p_job_id uuid)
@@ -32,211 +136,17 @@ AS $fn$
 #variable_conflict use_column
 BEGIN
 IF p_job_id IS NULL THEN
-RETURN QUERY /* runledger:claim_jobs */
-WITH claim_type AS MATERIALIZED (
-    SELECT definition.job_type,
-           definition.max_concurrency IS NULL AND definition.rate_limit_count IS NULL AS open
-    FROM runledger_job_definitions definition
-    WHERE definition.job_type = ANY(p_job_types::text[]) AND definition.paused_at IS NULL
-),
-open_type AS (SELECT array_agg(job_type) AS job_types FROM claim_type WHERE open),
-resource_window AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.execution_resource_key IS NOT NULL
-      AND job.next_run_at <= now()
-      AND job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM runledger_job_execution_resource_claims claim
-          WHERE claim.resource_key = job.execution_resource_key
-      )
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
-    LIMIT p_head_window
-),
-resource_head AS (
-    SELECT DISTINCT ON (execution_resource_key) id
-    FROM resource_window
-    ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
-),
-candidate AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.next_run_at <= now()
-      AND job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))
-      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
-    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at
-    LIMIT p_limit
-    FOR UPDATE OF job SKIP LOCKED
-),
-acquired AS (
-    INSERT INTO runledger_job_execution_resource_claims (
-        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
+"""
+    + _CLAIM_QUERY.replace("{tag}", "claim_jobs").replace("{only}", "")
+    + "ELSE\n"
+    + _CLAIM_QUERY.replace("{tag}", "claim_one_job").replace(
+        "{only}", "      AND job.id = p_job_id\n"
     )
-    SELECT execution_resource_key, id, run_number, attempt + 1, p_worker_id,
-           now() + p_lease_seconds * interval '1 second'
-    FROM candidate
-    WHERE execution_resource_key IS NOT NULL
-    ORDER BY execution_resource_key
-    ON CONFLICT DO NOTHING
-    RETURNING job_id
-),
-leased AS (
-    UPDATE runledger_job_queue job
-    SET status = 'LEASED',
-        attempt = job.attempt + 1,
-        worker_id = p_worker_id,
-        lease_expires_at = now() + p_lease_seconds * interval '1 second',
-        last_heartbeat_at = now(),
-        started_at = COALESCE(job.started_at, now()),
-        stage = 'running'
-    FROM candidate
-    WHERE job.id = candidate.id
-      AND (candidate.execution_resource_key IS NULL
-           OR candidate.id IN (SELECT job_id FROM acquired))
-    RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
-              job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
-              job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
-              job.trace_context, job.workflow_step_id
-),
-attempt_row AS (
-    INSERT INTO runledger_job_attempts (
-        job_id, job_type, organization_id, run_number, attempt, worker_id
-    )
-    SELECT id, job_type, organization_id, run_number, attempt, p_worker_id FROM leased
-),
-event AS (
-    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'LEASED', 'running',
-           jsonb_build_object('worker_id', p_worker_id::text,
-                              'lease_duration_seconds', p_lease_seconds::integer)
-    FROM leased
-)
-SELECT id, run_number, attempt, job_type, organization_id,
-       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
-       due_at, trace_context, workflow_step_id
-FROM (
-    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
-           payload::text AS payload, max_attempts, timeout_seconds,
-           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
-           next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
-           trace_context::text AS trace_context, workflow_step_id
-    FROM leased
-    UNION ALL
-    SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
-    FROM claim_type WHERE NOT open
-) claimed
-ORDER BY part, priority DESC, next_run_at, created_at, id;
-ELSE
-RETURN QUERY /* runledger:claim_one_job */
-WITH claim_type AS MATERIALIZED (
-    SELECT definition.job_type,
-           definition.max_concurrency IS NULL AND definition.rate_limit_count IS NULL AS open
-    FROM runledger_job_definitions definition
-    WHERE definition.job_type = ANY(p_job_types::text[]) AND definition.paused_at IS NULL
-),
-open_type AS (SELECT array_agg(job_type) AS job_types FROM claim_type WHERE open),
-resource_window AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.priority, job.next_run_at, job.created_at
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.execution_resource_key IS NOT NULL
-      AND job.next_run_at <= now()
-      AND job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))
-      AND job.id = p_job_id
-      AND NOT EXISTS (
-          SELECT 1 FROM runledger_job_execution_resource_claims claim
-          WHERE claim.resource_key = job.execution_resource_key
-      )
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at, job.id
-    LIMIT p_head_window
-),
-resource_head AS (
-    SELECT DISTINCT ON (execution_resource_key) id
-    FROM resource_window
-    ORDER BY execution_resource_key, priority DESC, next_run_at, created_at, id
-),
-candidate AS MATERIALIZED (
-    SELECT job.id, job.execution_resource_key, job.run_number, job.attempt
-    FROM runledger_job_queue job
-    WHERE job.status = 'PENDING'
-      AND job.next_run_at <= now()
-      AND job.job_type = ANY(CAST((SELECT job_types FROM open_type) AS text[]))
-      AND job.id = p_job_id
-      AND (job.execution_resource_key IS NULL OR job.id IN (SELECT id FROM resource_head))
-    -- Exactly idx_job_queue_claim's order, so the claim walks that index and stops at the
-    -- limit; one more sort key (even id) would make it read and sort the whole backlog.
-    ORDER BY job.priority DESC, job.next_run_at, job.created_at
-    LIMIT p_limit
-    FOR UPDATE OF job SKIP LOCKED
-),
-acquired AS (
-    INSERT INTO runledger_job_execution_resource_claims (
-        resource_key, job_id, run_number, attempt, worker_id, lease_expires_at
-    )
-    SELECT execution_resource_key, id, run_number, attempt + 1, p_worker_id,
-           now() + p_lease_seconds * interval '1 second'
-    FROM candidate
-    WHERE execution_resource_key IS NOT NULL
-    ORDER BY execution_resource_key
-    ON CONFLICT DO NOTHING
-    RETURNING job_id
-),
-leased AS (
-    UPDATE runledger_job_queue job
-    SET status = 'LEASED',
-        attempt = job.attempt + 1,
-        worker_id = p_worker_id,
-        lease_expires_at = now() + p_lease_seconds * interval '1 second',
-        last_heartbeat_at = now(),
-        started_at = COALESCE(job.started_at, now()),
-        stage = 'running'
-    FROM candidate
-    WHERE job.id = candidate.id
-      AND (candidate.execution_resource_key IS NULL
-           OR candidate.id IN (SELECT job_id FROM acquired))
-    RETURNING job.id, job.run_number, job.attempt, job.job_type, job.organization_id,
-              job.payload, job.max_attempts, job.timeout_seconds, job.checkpoint,
-              job.lease_expires_at, job.priority, job.next_run_at, job.created_at,
-              job.trace_context, job.workflow_step_id
-),
-attempt_row AS (
-    INSERT INTO runledger_job_attempts (
-        job_id, job_type, organization_id, run_number, attempt, worker_id
-    )
-    SELECT id, job_type, organization_id, run_number, attempt, p_worker_id FROM leased
-),
-event AS (
-    INSERT INTO runledger_job_events (job_id, run_number, attempt, event_type, stage, payload)
-    SELECT id, run_number, attempt, 'LEASED', 'running',
-           jsonb_build_object('worker_id', p_worker_id::text,
-                              'lease_duration_seconds', p_lease_seconds::integer)
-    FROM leased
-)
-SELECT id, run_number, attempt, job_type, organization_id,
-       payload, max_attempts, timeout_seconds, checkpoint, claimed_at, lease_expires_at,
-       due_at, trace_context, workflow_step_id
-FROM (
-    SELECT 0 AS part, id, run_number, attempt, job_type, organization_id,
-           payload::text AS payload, max_attempts, timeout_seconds,
-           checkpoint::text AS checkpoint, now() AS claimed_at, lease_expires_at, priority,
-           next_run_at, created_at, GREATEST(next_run_at, created_at) AS due_at,
-           trace_context::text AS trace_context, workflow_step_id
-    FROM leased
-    UNION ALL
-    SELECT 1, NULL, NULL, NULL, job_type, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-           NULL, NULL, NULL, NULL
-    FROM claim_type WHERE NOT open
-) claimed
-ORDER BY part, priority DESC, next_run_at, created_at, id;
-END IF;
+    + r"""END IF;
 END
 $fn$;
 """
+)
 
 SUCCESS_FUNCTION = r"""
 CREATE FUNCTION runledger_complete_success(
