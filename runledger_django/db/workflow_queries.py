@@ -734,42 +734,47 @@ WHERE intent.workflow_type = %(workflow_type)s
   AND intent.idempotency_key = %(idempotency_key)s
 """
 
+# The pending intents a promoter may take now: due, and every job type they name has an enabled
+# definition (the enabled set is computed once, an InitPlan).
+_ELIGIBLE_INTENTS: Final[LiteralString] = """FROM runledger_workflow_intents intent
+WHERE intent.status = 'PENDING'
+  AND intent.next_promotion_at <= now()
+  AND intent.job_types <@ (
+      SELECT COALESCE(jsonb_agg(definition.job_type), '[]'::jsonb)
+      FROM runledger_job_definitions definition
+      WHERE definition.is_enabled)
+"""
+
 # The eligible pending intents, in claim order: due, and every job type they name has an
 # enabled definition (the enabled set is computed once, an InitPlan; an intent naming a type
 # not synced yet is never claimed, so it waits without spending attempts, as a job intent of
 # an unknown type does). SKIP LOCKED splits the backlog between concurrent promoters; the lock
 # is on intent rows only, so definitions stay shareable.
-CLAIM_INTENTS: Final[LiteralString] = """
+CLAIM_INTENTS: Final[LiteralString] = (
+    """
 /* runledger:workflow_claim_intents */
 SELECT intent.id, intent.organization_id, intent.idempotency_key,
        intent.enqueue_request::text
-FROM runledger_workflow_intents intent
-WHERE intent.status = 'PENDING'
-  AND intent.next_promotion_at <= now()
-  AND intent.job_types <@ (
-      SELECT COALESCE(jsonb_agg(definition.job_type), '[]'::jsonb)
-      FROM runledger_job_definitions definition
-      WHERE definition.is_enabled)
-ORDER BY intent.next_promotion_at, intent.created_at, intent.id
+"""
+    + _ELIGIBLE_INTENTS
+    + """ORDER BY intent.next_promotion_at, intent.created_at, intent.id
 LIMIT %(limit)s
 FOR NO KEY UPDATE OF intent SKIP LOCKED
 """
+)
 
 # The idle check, outside any transaction block (one round trip, no locks): is any intent due
 # whose types are all defined? It walks idx_workflow_intents_pending, which holds only PENDING
 # rows, so an idle promoter reads nothing but that index's first page.
-HAS_ELIGIBLE_INTENT: Final[LiteralString] = """
+HAS_ELIGIBLE_INTENT: Final[LiteralString] = (
+    """
 /* runledger:workflow_intents_eligible */
 SELECT 1
-FROM runledger_workflow_intents intent
-WHERE intent.status = 'PENDING'
-  AND intent.next_promotion_at <= now()
-  AND intent.job_types <@ (
-      SELECT COALESCE(jsonb_agg(definition.job_type), '[]'::jsonb)
-      FROM runledger_job_definitions definition
-      WHERE definition.is_enabled)
-LIMIT 1
 """
+    + _ELIGIBLE_INTENTS
+    + """LIMIT 1
+"""
+)
 
 _ONE_PENDING_INTENT: Final[LiteralString] = """
 WHERE intent.id = %(id)s AND intent.status = 'PENDING'"""
