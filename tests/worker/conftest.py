@@ -7,13 +7,14 @@ queue row, the attempt rows, the events in order), as the intent tests do.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 from runledger_django import enqueue_job
 from runledger_django.domain import ClaimedJob, JobLease
@@ -274,3 +275,29 @@ def app_definitions(make_definition: MakeDefinition) -> None:
     make_definition(NOOP, max_attempts=3, default_timeout_seconds=60)
     make_definition(BLOCK, max_attempts=3, default_timeout_seconds=60)
     make_definition(FLAKY, max_attempts=5, default_timeout_seconds=60)
+
+
+def race_claims(
+    claimers: int, claim: Callable[[int], list[ClaimedJob]]
+) -> tuple[list[list[ClaimedJob]], list[BaseException]]:
+    """``claim(n)`` in ``claimers`` threads released at once by a barrier, each on its own
+    connection (closed after); the batches they claimed, and what any of them raised."""
+    barrier = threading.Barrier(claimers)
+    results: list[list[ClaimedJob]] = []
+    errors: list[BaseException] = []
+
+    def claimer(n: int) -> None:
+        try:
+            barrier.wait()
+            results.append(claim(n))
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(claimers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    return results, errors

@@ -19,7 +19,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from django.db import connections
 
 from runledger_django import JobContext, enqueue_job, set_job_type_limits
 from runledger_django.domain import ClaimedJob
@@ -37,6 +36,7 @@ from tests.worker.conftest import (
     SpawnWorker,
     expire_lease,
     make_due,
+    race_claims,
     wait_until,
 )
 from tests.worker.test_worker_loop import StartWorker, gates, start_worker  # noqa: F401
@@ -213,24 +213,9 @@ def test_claim__many_concurrent_claimers__limit_holds_losers_claim_other_work(
         enqueue(job_type=OTHER)
     # Every claimer has seen the limited type before: each gives it first pick, so all race.
     claim_service._limited_hints[("default", (TYPE, OTHER))] = True
-    barrier = threading.Barrier(CLAIMERS)
-    results: list[list[ClaimedJob]] = []
-    errors: list[BaseException] = []
-
-    def claimer(n: int) -> None:
-        try:
-            barrier.wait()
-            results.append(claim(2, [TYPE, OTHER], worker_id=f"claimer-{n}"))
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(CLAIMERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    results, errors = race_claims(
+        CLAIMERS, lambda n: claim(2, [TYPE, OTHER], worker_id=f"claimer-{n}")
+    )
 
     assert errors == []
     # The first claimer to take the type's lock leases a whole batch (2 of the 3 slots); the

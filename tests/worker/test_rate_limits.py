@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connections, transaction
+from django.db import transaction
 
 from runledger_django import JobContext, RetryJob
 from runledger_django.domain import ClaimedJob
@@ -22,7 +21,7 @@ from runledger_django.models import Job, JobAttempt, JobDefinition
 from runledger_django.services import claim as claim_service
 from runledger_django.services.claim import claim_jobs
 from tests.conftest import MakeDefinition, run_sql
-from tests.worker.conftest import LEASE, TYPE, WORKER, Enqueue, wait_until
+from tests.worker.conftest import LEASE, TYPE, WORKER, Enqueue, race_claims, wait_until
 from tests.worker.test_worker_loop import StartWorker, gates, start_worker  # noqa: F401
 
 OTHER = "jobs.test.other"
@@ -192,26 +191,10 @@ def test_claim__many_concurrent_claimers__rate_limit_admits_exactly_count(
         enqueue()
         enqueue(job_type=OTHER)
     claim_service._limited_hints[("default", (TYPE, OTHER))] = True
-    barrier = threading.Barrier(CLAIMERS)
-    results: list[list[ClaimedJob]] = []
-    errors: list[BaseException] = []
-
-    def claimer(n: int) -> None:
-        try:
-            barrier.wait()
-            results.append(
-                claim_jobs([TYPE, OTHER], worker_id=f"claimer-{n}", limit=2, lease_seconds=LEASE)
-            )
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=claimer, args=(n,)) for n in range(CLAIMERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
+    results, errors = race_claims(
+        CLAIMERS,
+        lambda n: claim_jobs([TYPE, OTHER], worker_id=f"claimer-{n}", limit=2, lease_seconds=LEASE),
+    )
 
     assert errors == []
     assert sorted(len(batch) for batch in results) == [2] * CLAIMERS
