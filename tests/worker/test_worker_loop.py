@@ -299,6 +299,8 @@ def test_worker__occupancy__never_more_handlers_than_its_concurrency(
 
     running = start_worker({TYPE: handler}, concurrency=2)
     wait_until(lambda: statuses()["LEASED"] == 2, what="two leases")
+    # A lease is taken before its handler starts: wait for both handlers, not for the leases.
+    wait_until(lambda: active[0] == 2, what="two handlers running")
     leased_peak = 2
     release.set()
     while statuses() != Counter({"SUCCEEDED": 5}):
